@@ -1,0 +1,32 @@
+// Command flagdown is the local platform and the tools around the function set:
+//
+//	flagdown dev      serve every function under /function/<name>, run the broker, triggers and outbox relay
+//	flagdown migrate  apply the database migrations
+//	flagdown replay   replay real NYC taxi trips against a running platform over HTTP
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	root := &cobra.Command{
+		Use:           "flagdown",
+		Short:         "flagdown ride-hailing dispatch: local platform and tools",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newDevCmd(), newMigrateCmd(), newReplayCmd())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "flagdown:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,109 @@
+// Package events lists flagdown's CloudEvent types and one Go type per payload.
+//
+// Every event is a CloudEvents 1.0 event with JSON data (datacontenttype application/json).
+// Type names are reverse-DNS and versioned (io.flagdown.<noun>.<verb>.v1); a breaking change to a
+// payload is a new version, never an edit. subject is the ride id for ride events and the driver id
+// for driver events. source is the URI-reference of the producer, e.g. /flagdown/order-create.
+//
+// Coordinates in payloads are WGS84 degrees as {lat, lng} objects, distances are metres, durations
+// seconds, money the smallest currency unit (cents), timestamps RFC 3339 in UTC.
+package events
+
+import (
+	"time"
+)
+
+// Event type names. Consumers reject any type not listed in Types.
+const (
+	// RideRequested: a rider asked for a ride (order-create). Triggers match.
+	RideRequested = "io.flagdown.ride.requested.v1"
+	// RideOffered: a driver was offered the ride and holds the offer lock (match).
+	RideOffered = "io.flagdown.ride.offered.v1"
+	// RideOfferDeclined: the offered driver declined (ride/decline). Triggers match without him.
+	RideOfferDeclined = "io.flagdown.ride.offer.declined.v1"
+	// RideAccepted: the offered driver accepted; the ride has its driver (accept).
+	RideAccepted = "io.flagdown.ride.accepted.v1"
+	// RideStarted: the rider is on board (ride/start).
+	RideStarted = "io.flagdown.ride.started.v1"
+	// RideCompleted: the ride ended at the dropoff (ride/complete).
+	RideCompleted = "io.flagdown.ride.completed.v1"
+	// RideCancelled: the rider or driver cancelled the ride for good (ride/cancel).
+	RideCancelled = "io.flagdown.ride.cancelled.v1"
+	// RideReopened: the driver cancelled an ACCEPTED ride; it is REQUESTED again and must be
+	// matched without him (ride/cancel). Triggers match.
+	RideReopened = "io.flagdown.ride.reopened.v1"
+)
+
+// Types is every event type flagdown produces or consumes, mapped to a one-line description.
+var Types = map[string]string{
+	RideRequested:     "a rider requested a ride",
+	RideOffered:       "a driver was offered a ride",
+	RideOfferDeclined: "the offered driver declined the ride",
+	RideAccepted:      "the offered driver accepted the ride",
+	RideStarted:       "the ride started at the pickup",
+	RideCompleted:     "the ride completed at the dropoff",
+	RideCancelled:     "the ride was cancelled",
+	RideReopened:      "an accepted ride lost its driver and is matched again",
+}
+
+// Known reports whether t is a flagdown event type.
+func Known(t string) bool { _, ok := Types[t]; return ok }
+
+// Point is a WGS84 position in degrees, latitude first.
+type Point struct {
+	// Lat is the latitude in degrees, -85.05112878..85.05112878 (the range Redis GEO can index).
+	Lat float64 `json:"lat"`
+	// Lng is the longitude in degrees, -180..180.
+	Lng float64 `json:"lng"`
+}
+
+// RideRequestedData is the payload of RideRequested.
+type RideRequestedData struct {
+	RideID            string    `json:"ride_id"`
+	RiderID           string    `json:"rider_id"`
+	Pickup            Point     `json:"pickup"`
+	Dropoff           Point     `json:"dropoff"`
+	FareEstimateCents int64     `json:"fare_estimate_cents"`
+	RequestedAt       time.Time `json:"requested_at"`
+}
+
+// RideOfferedData is the payload of RideOffered.
+type RideOfferedData struct {
+	RideID   string `json:"ride_id"`
+	OfferID  string `json:"offer_id"`
+	DriverID string `json:"driver_id"`
+	// DistanceM is the straight-line distance from the driver to the pickup in metres.
+	DistanceM float64   `json:"distance_m"`
+	Pickup    Point     `json:"pickup"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// RideOfferDeclinedData is the payload of RideOfferDeclined.
+type RideOfferDeclinedData struct {
+	RideID   string `json:"ride_id"`
+	OfferID  string `json:"offer_id"`
+	DriverID string `json:"driver_id"`
+}
+
+// RideAcceptedData is the payload of RideAccepted.
+type RideAcceptedData struct {
+	RideID     string    `json:"ride_id"`
+	OfferID    string    `json:"offer_id"`
+	DriverID   string    `json:"driver_id"`
+	RiderID    string    `json:"rider_id"`
+	AcceptedAt time.Time `json:"accepted_at"`
+}
+
+// RideTransitionData is the payload of RideStarted, RideCompleted, RideCancelled and RideReopened.
+type RideTransitionData struct {
+	RideID   string `json:"ride_id"`
+	RiderID  string `json:"rider_id"`
+	DriverID string `json:"driver_id,omitempty"`
+	// From and To are ride statuses (REQUESTED, ACCEPTED, IN_PROGRESS, COMPLETED, CANCELLED).
+	From string `json:"from"`
+	To   string `json:"to"`
+	// By is who caused the change: rider, driver or system.
+	By     string    `json:"by,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
+}

@@ -1,0 +1,126 @@
+// Package config reads flagdown's configuration from environment variables into one struct.
+// Every variable is listed in the README's configuration table; durations use Go syntax (15s, 500ms).
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// Config is the whole configuration of a flagdown process.
+type Config struct {
+	// DatabaseURL is the PostgreSQL connection string (source of truth: rides, offers, outbox).
+	DatabaseURL string `env:"DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/flagdown?sslmode=disable"`
+	// DatabaseSchema, when set, is the schema flagdown's tables live in (search_path); tests use one each.
+	DatabaseSchema string `env:"FLAGDOWN_DB_SCHEMA"`
+	// RedisURL is the Redis connection URL (GEO index, heartbeats, driver state, offer locks).
+	RedisURL string `env:"REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
+	// RedisPrefix is prepended to every Redis key flagdown writes, so several deployments or tests share a server.
+	RedisPrefix string `env:"FLAGDOWN_REDIS_PREFIX" envDefault:"flagdown:"`
+	// NATSURL is the broker's URL; empty means flagdown dev starts an embedded NATS JetStream server.
+	NATSURL string `env:"NATS_URL"`
+	// NATSStream is the JetStream stream flagdown's events are published to.
+	NATSStream string `env:"FLAGDOWN_NATS_STREAM" envDefault:"FLAGDOWN"`
+	// SubjectPrefix is the NATS subject prefix; an event of type T is published on <prefix>.<T>.
+	SubjectPrefix string `env:"FLAGDOWN_SUBJECT_PREFIX" envDefault:"flagdown.events"`
+
+	// HeartbeatTTL is how long a driver counts as online after his last accepted ping (seconds).
+	HeartbeatTTL time.Duration `env:"FLAGDOWN_HEARTBEAT_TTL" envDefault:"30s"`
+	// OfferWindow is how long a driver has to accept an offer; the offer lock's TTL.
+	OfferWindow time.Duration `env:"FLAGDOWN_OFFER_WINDOW" envDefault:"15s"`
+	// MaxSpeedMPS is the highest plausible driver speed in metres per second; a ping implying a faster
+	// move from the last accepted position is treated as a GPS jump and not applied. 55 m/s ≈ 200 km/h.
+	MaxSpeedMPS float64 `env:"FLAGDOWN_MAX_SPEED_MPS" envDefault:"55"`
+	// MaxClockSkew is how far in the future a ping timestamp may be before it is rejected.
+	MaxClockSkew time.Duration `env:"FLAGDOWN_MAX_CLOCK_SKEW" envDefault:"30s"`
+	// MaxBatch is the largest number of pings one location-update call may carry.
+	MaxBatch int `env:"FLAGDOWN_MAX_BATCH" envDefault:"500"`
+	// MaxBodyBytes is the largest request body any function reads; larger bodies get 413.
+	MaxBodyBytes int64 `env:"FLAGDOWN_MAX_BODY_BYTES" envDefault:"262144"`
+
+	// SearchRadiiM are the match search radii in metres, tried smallest first (expanding radius).
+	SearchRadiiM []float64 `env:"FLAGDOWN_SEARCH_RADII_M" envSeparator:"," envDefault:"500,1000,2000,4000,8000"`
+	// SearchCount is how many nearest drivers one GEOSEARCH returns (bounds query cost per radius).
+	SearchCount int `env:"FLAGDOWN_SEARCH_COUNT" envDefault:"10"`
+	// MinCandidates: the search widens while fewer eligible drivers than this were found.
+	MinCandidates int `env:"FLAGDOWN_MIN_CANDIDATES" envDefault:"3"`
+	// ScoreIdleBonusMPerMin: metres of pickup distance forgiven per minute a driver has been idle.
+	ScoreIdleBonusMPerMin float64 `env:"FLAGDOWN_SCORE_IDLE_BONUS_M_PER_MIN" envDefault:"50"`
+	// ScoreIdleCapMin caps the idle time counted in the score, in minutes.
+	ScoreIdleCapMin float64 `env:"FLAGDOWN_SCORE_IDLE_CAP_MIN" envDefault:"20"`
+	// ScoreRatingBonusM: metres of pickup distance forgiven per rating star above DefaultRating.
+	ScoreRatingBonusM float64 `env:"FLAGDOWN_SCORE_RATING_BONUS_M" envDefault:"300"`
+	// DefaultRating is the rating (1..5 stars) assumed for a driver with none recorded.
+	DefaultRating float64 `env:"FLAGDOWN_DEFAULT_RATING" envDefault:"4.7"`
+
+	// FareBaseCents is the flag-drop part of the fare estimate, in cents.
+	FareBaseCents int64 `env:"FLAGDOWN_FARE_BASE_CENTS" envDefault:"300"`
+	// FarePerKmCents is charged per estimated road kilometre, in cents.
+	FarePerKmCents int64 `env:"FLAGDOWN_FARE_PER_KM_CENTS" envDefault:"175"`
+	// FarePerMinCents is charged per estimated minute of driving, in cents.
+	FarePerMinCents int64 `env:"FLAGDOWN_FARE_PER_MIN_CENTS" envDefault:"50"`
+	// FareMinimumCents is the lowest fare estimate, in cents.
+	FareMinimumCents int64 `env:"FLAGDOWN_FARE_MINIMUM_CENTS" envDefault:"800"`
+	// RoadFactor turns straight-line (haversine) distance into an estimated road distance.
+	RoadFactor float64 `env:"FLAGDOWN_ROAD_FACTOR" envDefault:"1.3"`
+	// AvgSpeedMPS is the average city driving speed used for the duration estimate, metres per second.
+	AvgSpeedMPS float64 `env:"FLAGDOWN_AVG_SPEED_MPS" envDefault:"7"`
+
+	// ServiceArea is the box rides may start and end in: "minLat,minLng,maxLat,maxLng" in WGS84
+	// degrees. The default is the New York City metro area (the five boroughs, JFK, LGA, EWR, near NJ).
+	ServiceArea []float64 `env:"FLAGDOWN_SERVICE_AREA" envSeparator:"," envDefault:"40.40,-74.40,41.10,-73.50"`
+	// NearbyMaxRadiusM caps the radius of the nearby function, metres.
+	NearbyMaxRadiusM float64 `env:"FLAGDOWN_NEARBY_MAX_RADIUS_M" envDefault:"5000"`
+	// NearbyMaxCount caps the number of drivers the nearby function returns.
+	NearbyMaxCount int `env:"FLAGDOWN_NEARBY_MAX_COUNT" envDefault:"50"`
+
+	// Addr is where flagdown dev serves the functions (the gateway address).
+	Addr string `env:"FLAGDOWN_ADDR" envDefault:"127.0.0.1:8080"`
+	// TriggerMaxDeliver is how many times a trigger delivers an event before dead-lettering it.
+	TriggerMaxDeliver int `env:"FLAGDOWN_TRIGGER_MAX_DELIVER" envDefault:"5"`
+	// RelayPollInterval is the outbox relay's polling fallback when no NOTIFY arrives.
+	RelayPollInterval time.Duration `env:"FLAGDOWN_RELAY_POLL_INTERVAL" envDefault:"1s"`
+}
+
+// Load reads the configuration from the process environment.
+func Load() (*Config, error) { return parse(env.Options{}) }
+
+// FromEnv reads the configuration from an explicit environment (tests), ignoring the process's.
+func FromEnv(environ map[string]string) (*Config, error) {
+	return parse(env.Options{Environment: environ})
+}
+
+func parse(opts env.Options) (*Config, error) {
+	var c Config
+	if err := env.ParseWithOptions(&c, opts); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// Validate checks the rules between values that the parser cannot.
+func (c *Config) Validate() error {
+	if len(c.ServiceArea) != 4 || c.ServiceArea[0] >= c.ServiceArea[2] || c.ServiceArea[1] >= c.ServiceArea[3] {
+		return fmt.Errorf("config: FLAGDOWN_SERVICE_AREA must be minLat,minLng,maxLat,maxLng with min < max")
+	}
+	if len(c.SearchRadiiM) == 0 {
+		return fmt.Errorf("config: FLAGDOWN_SEARCH_RADII_M must list at least one radius")
+	}
+	for i, r := range c.SearchRadiiM {
+		if r <= 0 || (i > 0 && r <= c.SearchRadiiM[i-1]) {
+			return fmt.Errorf("config: FLAGDOWN_SEARCH_RADII_M must be positive and increasing")
+		}
+	}
+	if c.OfferWindow < time.Second || c.HeartbeatTTL < time.Second {
+		return fmt.Errorf("config: FLAGDOWN_OFFER_WINDOW and FLAGDOWN_HEARTBEAT_TTL must be at least 1s")
+	}
+	if c.MaxBatch < 1 || c.SearchCount < 1 || c.MaxBodyBytes < 1024 {
+		return fmt.Errorf("config: FLAGDOWN_MAX_BATCH and FLAGDOWN_SEARCH_COUNT must be >= 1, FLAGDOWN_MAX_BODY_BYTES >= 1024")
+	}
+	return nil
+}

@@ -1,0 +1,100 @@
+// Package pgstore is flagdown's PostgreSQL adapter (pgx v5): the connection pool, migrations, and the
+// rides, offers, outbox and processed-events tables. PostgreSQL is the source of truth; every state
+// change that others must hear about writes its outbox row in the same transaction.
+package pgstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
+	"github.com/flagdown/flagdown/migrations"
+	"github.com/flagdown/flagdown/shared/dispatch"
+)
+
+// DB is the PostgreSQL store: one pool per process.
+type DB struct {
+	// Pool is the pgx connection pool; every connection has search_path set to Schema.
+	Pool *pgxpool.Pool
+	// Schema is the schema flagdown's tables live in ("public" unless configured).
+	Schema string
+	// URL is the connection string the pool was opened with (the relay opens its LISTEN connection from it).
+	URL string
+}
+
+var schemaRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// Open connects to url with search_path set to schema (empty means public), creating the schema
+// if it is missing. It returns an error if the URL is invalid or the server is unreachable.
+func Open(ctx context.Context, url, schema string) (*DB, error) {
+	if schema == "" {
+		schema = "public"
+	}
+	if !schemaRe.MatchString(schema) {
+		return nil, fmt.Errorf("pgstore: schema %q must match %s", schema, schemaRe)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: parse DATABASE_URL: %w", err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: connect: %w", err)
+	}
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("pgstore: create schema %s: %w", schema, err)
+	}
+	return &DB{Pool: pool, Schema: schema, URL: url}, nil
+}
+
+// Close closes the pool.
+func (db *DB) Close() { db.Pool.Close() }
+
+// Migrate applies every embedded migration not yet applied (goose, version table in the schema).
+func (db *DB) Migrate(ctx context.Context) error {
+	sqlDB := stdlib.OpenDBFromPool(db.Pool)
+	defer sqlDB.Close()
+	return migrate(ctx, sqlDB)
+}
+
+func migrate(ctx context.Context, sqlDB *sql.DB) error {
+	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, migrations.FS)
+	if err != nil {
+		return fmt.Errorf("pgstore: migrations: %w", err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("pgstore: migrate: %w", err)
+	}
+	return nil
+}
+
+// Tx runs fn in a transaction, committing if fn returns nil and rolling back otherwise.
+func (db *DB) Tx(ctx context.Context, fn func(pgx.Tx) error) error {
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		return dispatch.Unavailable("postgres", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return dispatch.Unavailable("postgres", err)
+	}
+	return nil
+}
+
+// ErrNoRows is pgx.ErrNoRows, re-exported so callers need not import pgx.
+var ErrNoRows = pgx.ErrNoRows
+
+// IsNoRows reports whether err is a no-rows result.
+func IsNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

@@ -1,0 +1,124 @@
+// Package testkit gives each test its own slice of the real services: a fresh PostgreSQL schema with
+// the migrations applied, a unique Redis key prefix, and a NATS JetStream server. Everything is removed
+// when the test ends, so tests run in parallel and leave nothing behind.
+//
+// Services are found through DATABASE_URL, REDIS_URL and NATS_URL (the Makefile sets the first two);
+// without NATS_URL an embedded nats-server with JetStream is started per test.
+package testkit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flagdown/flagdown/shared/pgstore"
+)
+
+// DefaultDatabaseURL is used when DATABASE_URL is unset.
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// DefaultRedisURL is used when REDIS_URL is unset.
+const DefaultRedisURL = "redis://127.0.0.1:6379/0"
+
+// ID returns a short random lower-case hex string for names.
+func ID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// DatabaseURL returns DATABASE_URL or DefaultDatabaseURL.
+func DatabaseURL() string {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultDatabaseURL
+}
+
+// RedisURL returns REDIS_URL or DefaultRedisURL.
+func RedisURL() string {
+	if u := os.Getenv("REDIS_URL"); u != "" {
+		return u
+	}
+	return DefaultRedisURL
+}
+
+// DB opens a migrated store in a new schema t_<random>, dropped (with its tables) when t ends.
+func DB(t testing.TB) *pgstore.DB {
+	t.Helper()
+	ctx := context.Background()
+	schema := "t_" + ID()
+	db, err := pgstore.Open(ctx, DatabaseURL(), schema)
+	if err != nil {
+		t.Fatalf("testkit: postgres at %s: %v (is PostgreSQL running? `make services`)", DatabaseURL(), err)
+	}
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		db.Close()
+	})
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatalf("testkit: migrate: %v", err)
+	}
+	return db
+}
+
+// Redis returns a client and a unique key prefix "t:<random>:"; keys under it are deleted when t ends.
+func Redis(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	opt, err := redis.ParseURL(RedisURL())
+	if err != nil {
+		t.Fatalf("testkit: REDIS_URL: %v", err)
+	}
+	rdb := redis.NewClient(opt)
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("testkit: redis at %s: %v (is Redis running? `make services`)", RedisURL(), err)
+	}
+	prefix := "t:" + ID() + ":"
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+			if len(keys) == 500 {
+				rdb.Del(ctx, keys...)
+				keys = keys[:0]
+			}
+		}
+		if len(keys) > 0 {
+			rdb.Del(ctx, keys...)
+		}
+		_ = rdb.Close()
+	})
+	return rdb, prefix
+}
+
+// NATS returns the URL of a JetStream-enabled NATS server: NATS_URL if set, otherwise an embedded
+// server on a random loopback port with its store in t.TempDir(), shut down when t ends. Tests
+// sharing an external server must use their own stream and subject names (see ID).
+func NATS(t testing.TB) string {
+	t.Helper()
+	if u := os.Getenv("NATS_URL"); u != "" {
+		return u
+	}
+	ns, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
+		StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+	})
+	if err != nil {
+		t.Fatalf("testkit: nats server: %v", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatalf("testkit: nats server not ready")
+	}
+	t.Cleanup(ns.Shutdown)
+	return ns.ClientURL()
+}
