@@ -1,0 +1,54 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// OutboxEvent is an event to publish once the transaction that writes it commits.
+type OutboxEvent struct {
+	// Type is the CloudEvent type (events.Ride...).
+	Type string
+	// Source is the CloudEvent source, the producing function, e.g. /flagdown/order-create.
+	Source string
+	// Subject is the CloudEvent subject: the ride or driver id.
+	Subject string
+	// OrderingKey groups events published in commit order (the ride id); empty means Subject.
+	OrderingKey string
+	// Data is the payload, marshalled as JSON.
+	Data any
+}
+
+// InsertOutbox writes ev in tx and returns the new CloudEvent id (a UUID).
+func InsertOutbox(ctx context.Context, tx pgx.Tx, ev OutboxEvent) (string, error) {
+	data, err := json.Marshal(ev.Data)
+	if err != nil {
+		return "", fmt.Errorf("pgstore: outbox data: %w", err)
+	}
+	key := ev.OrderingKey
+	if key == "" {
+		key = ev.Subject
+	}
+	id := uuid.NewString()
+	_, err = tx.Exec(ctx, `INSERT INTO outbox (event_id, type, source, subject, ordering_key, data)
+		VALUES ($1, $2, $3, $4, $5, $6)`, id, ev.Type, ev.Source, ev.Subject, key, data)
+	if err != nil {
+		return "", fmt.Errorf("pgstore: insert outbox: %w", err)
+	}
+	return id, nil
+}
+
+// MarkProcessed records that consumer handled the event (source, id) in tx. It returns false if the
+// event was already recorded: the caller must then do nothing (duplicate delivery).
+func MarkProcessed(ctx context.Context, tx pgx.Tx, consumer, source, id string) (bool, error) {
+	tag, err := tx.Exec(ctx, `INSERT INTO processed_events (consumer, source, id) VALUES ($1, $2, $3)
+		ON CONFLICT DO NOTHING`, consumer, source, id)
+	if err != nil {
+		return false, fmt.Errorf("pgstore: processed_events: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
