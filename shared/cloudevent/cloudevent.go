@@ -171,7 +171,9 @@ func invalidFromSDK(err error) error {
 		for k := range ve {
 			keys = append(keys, k)
 		}
-		sort.Slice(keys, func(i, j int) bool { return rank(keys[i]) < rank(keys[j]) || (rank(keys[i]) == rank(keys[j]) && keys[i] < keys[j]) })
+		sort.Slice(keys, func(i, j int) bool {
+			return rank(keys[i]) < rank(keys[j]) || (rank(keys[i]) == rank(keys[j]) && keys[i] < keys[j])
+		})
 		field := keys[0]
 		rule := ve[field].Error()
 		if field == "datacontenttype" {
