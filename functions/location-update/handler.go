@@ -1,0 +1,213 @@
+// Package function is the location-update function: drivers' GPS pings, one or a batch per call.
+//
+// POST /function/location-update with one ping or {"pings": [...]}. Each ping refreshes the
+// driver's heartbeat and state and, for available drivers, his place in the available-drivers GEO
+// set, all in one Redis round trip per call. The answer carries each driver's live offer so a
+// polling driver app learns of offers within one ping interval. See the README's HTTP API.
+package function
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/httpx"
+	"github.com/flagdown/flagdown/shared/redisstore"
+)
+
+// Function serves location updates.
+type Function struct {
+	d   *app.Deps
+	now func() time.Time
+}
+
+// New returns the function over d.
+func New(d *app.Deps) *Function { return &Function{d: d, now: time.Now} }
+
+var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
+
+// Handle is the OpenFaaS golang-middleware entry point.
+func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }
+
+// PingRequest is one ping as sent by a driver's app.
+type PingRequest struct {
+	// DriverID identifies the driver (1..128 printable bytes).
+	DriverID string `json:"driver_id"`
+	// Lat is the latitude in WGS84 degrees, |lat| <= 85.05112878.
+	Lat *float64 `json:"lat"`
+	// Lng is the longitude in WGS84 degrees, |lng| <= 180.
+	Lng *float64 `json:"lng"`
+	// Heading is degrees clockwise from north, 0..360 (optional).
+	Heading *float64 `json:"heading,omitempty"`
+	// SpeedMPS is the device's speed in metres per second, 0..MaxSpeedMPS×2 (optional).
+	SpeedMPS *float64 `json:"speed_mps,omitempty"`
+	// TS is when the fix was taken (RFC 3339); defaults to the server's time; at most
+	// FLAGDOWN_MAX_CLOCK_SKEW in the future.
+	TS *time.Time `json:"ts,omitempty"`
+	// Status is offline, available or paused (optional; keeps the current status).
+	Status string `json:"status,omitempty"`
+}
+
+type batchRequest struct {
+	Pings []PingRequest `json:"pings"`
+}
+
+// Offer is the live offer shown to a driver.
+type Offer struct {
+	OfferID   string         `json:"offer_id"`
+	RideID    string         `json:"ride_id"`
+	Pickup    dispatch.Point `json:"pickup"`
+	Dropoff   dispatch.Point `json:"dropoff"`
+	DistanceM float64        `json:"distance_m"`
+	ExpiresAt time.Time      `json:"expires_at"`
+}
+
+// PingResponse is the answer for one ping.
+type PingResponse struct {
+	DriverID string `json:"driver_id"`
+	Applied  bool   `json:"applied"`
+	// Rejected is "stale" or "gps_jump" when Applied is false.
+	Rejected string                `json:"rejected,omitempty"`
+	Status   dispatch.DriverStatus `json:"status"`
+	Offer    *Offer                `json:"offer,omitempty"`
+}
+
+// ServeHTTP handles POST /function/location-update.
+func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		httpx.MethodNotAllowed(w, http.MethodPost)
+		return
+	}
+	var raw json.RawMessage
+	if err := httpx.DecodeJSON(w, r, f.d.Config.MaxBodyBytes, &raw); err != nil {
+		httpx.WriteError(w, r, f.d.Log, err)
+		return
+	}
+	single, reqs, err := f.parse(raw)
+	if err != nil {
+		httpx.WriteError(w, r, f.d.Log, err)
+		return
+	}
+	pings, err := f.validate(reqs, single)
+	if err != nil {
+		httpx.WriteError(w, r, f.d.Log, err)
+		return
+	}
+	results, err := f.d.Redis.ApplyPings(r.Context(), pings)
+	if err != nil {
+		httpx.WriteError(w, r, f.d.Log, err)
+		return
+	}
+	out := make([]PingResponse, len(results))
+	for i, res := range results {
+		out[i] = PingResponse{DriverID: pings[i].DriverID, Applied: res.Applied, Rejected: res.Rejected, Status: res.Status}
+		if res.OfferJSON != "" {
+			var o Offer
+			if json.Unmarshal([]byte(res.OfferJSON), &o) == nil {
+				out[i].Offer = &o
+			}
+		}
+	}
+	if single {
+		httpx.WriteJSON(w, http.StatusOK, out[0])
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"results": out})
+}
+
+// parse tells a single ping from a batch: a batch is an object whose only key is "pings".
+func (f *Function) parse(raw json.RawMessage) (bool, []PingRequest, error) {
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return false, nil, dispatch.Invalid("body", "must be a JSON object")
+	}
+	if _, ok := probe["pings"]; ok {
+		var b batchRequest
+		if err := strictUnmarshal(raw, &b); err != nil {
+			return false, nil, err
+		}
+		if len(b.Pings) == 0 {
+			return false, nil, dispatch.Invalid("pings", "must hold at least one ping")
+		}
+		if len(b.Pings) > f.d.Config.MaxBatch {
+			return false, nil, &dispatch.Error{Code: dispatch.CodeTooLarge, Field: "pings",
+				Message: fmt.Sprintf("pings: must hold at most %d pings", f.d.Config.MaxBatch)}
+		}
+		return false, b.Pings, nil
+	}
+	var p PingRequest
+	if err := strictUnmarshal(raw, &p); err != nil {
+		return false, nil, err
+	}
+	return true, []PingRequest{p}, nil
+}
+
+func strictUnmarshal(raw json.RawMessage, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return httpx.JSONError(err)
+	}
+	return nil
+}
+
+func (f *Function) validate(reqs []PingRequest, single bool) ([]redisstore.Ping, error) {
+	now := f.now()
+	out := make([]redisstore.Ping, len(reqs))
+	for i, p := range reqs {
+		field := func(s string) string {
+			if single {
+				return s
+			}
+			return fmt.Sprintf("pings[%d].%s", i, s)
+		}
+		if err := dispatch.ValidateID(field("driver_id"), p.DriverID); err != nil {
+			return nil, err
+		}
+		if p.Lat == nil {
+			return nil, dispatch.Invalid(field("lat"), "is required")
+		}
+		if p.Lng == nil {
+			return nil, dispatch.Invalid(field("lng"), "is required")
+		}
+		pos := dispatch.Point{Lat: *p.Lat, Lng: *p.Lng}
+		prefix := ""
+		if !single {
+			prefix = fmt.Sprintf("pings[%d]", i)
+		}
+		if err := dispatch.ValidatePoint(prefix, pos); err != nil {
+			return nil, err
+		}
+		if p.Heading != nil && (math.IsNaN(*p.Heading) || *p.Heading < 0 || *p.Heading > 360) {
+			return nil, dispatch.Invalid(field("heading"), "must be between 0 and 360 degrees")
+		}
+		if p.SpeedMPS != nil && (*p.SpeedMPS < 0 || *p.SpeedMPS > 2*f.d.Config.MaxSpeedMPS) {
+			return nil, dispatch.Invalid(field("speed_mps"), fmt.Sprintf("must be between 0 and %v metres per second", 2*f.d.Config.MaxSpeedMPS))
+		}
+		at := now
+		if p.TS != nil {
+			at = *p.TS
+			if at.After(now.Add(f.d.Config.MaxClockSkew)) {
+				return nil, dispatch.Invalid(field("ts"), fmt.Sprintf("must not be more than %s in the future", f.d.Config.MaxClockSkew))
+			}
+			if at.Before(now.Add(-24 * time.Hour)) {
+				return nil, dispatch.Invalid(field("ts"), "must not be more than 24h in the past")
+			}
+		}
+		var status dispatch.DriverStatus
+		if p.Status != "" {
+			s, err := dispatch.ParseClientDriverStatus(field("status"), p.Status)
+			if err != nil {
+				return nil, err
+			}
+			status = s
+		}
+		out[i] = redisstore.Ping{DriverID: p.DriverID, Position: pos, At: at, Status: status, HeadingDeg: p.Heading, SpeedMPS: p.SpeedMPS}
+	}
+	return out, nil
+}

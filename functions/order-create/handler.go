@@ -1,0 +1,194 @@
+// Package function is the order-create function: a rider requests a ride.
+//
+// POST /function/order-create {"rider_id", "pickup": {lat, lng}, "dropoff": {lat, lng}} with an
+// optional Idempotency-Key header. The ride is inserted REQUESTED with a fare estimate together with
+// its ride.requested outbox row in one transaction; the relay then publishes the event that triggers
+// matching. Answers 202 (200 when the Idempotency-Key names an existing ride).
+package function
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flagdown/flagdown/events"
+	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/httpx"
+	"github.com/flagdown/flagdown/shared/pgstore"
+)
+
+// Source is the CloudEvent source of events this function emits.
+const Source = "/flagdown/order-create"
+
+// MaxIdempotencyKeyLen is the longest Idempotency-Key accepted, in bytes.
+const MaxIdempotencyKeyLen = 128
+
+// Function serves ride requests.
+type Function struct{ d *app.Deps }
+
+// New returns the function over d.
+func New(d *app.Deps) *Function { return &Function{d: d} }
+
+var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
+
+// Handle is the OpenFaaS golang-middleware entry point.
+func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }
+
+// PointRequest is a position in WGS84 degrees; both fields are required.
+type PointRequest struct {
+	Lat *float64 `json:"lat"`
+	Lng *float64 `json:"lng"`
+}
+
+// Request is the body of a ride request.
+type Request struct {
+	// RiderID identifies the rider (1..128 printable bytes).
+	RiderID string `json:"rider_id"`
+	// Pickup and Dropoff must lie in the service area (FLAGDOWN_SERVICE_AREA).
+	Pickup  *PointRequest `json:"pickup"`
+	Dropoff *PointRequest `json:"dropoff"`
+}
+
+// Response is the answer: the ride and its fare estimate.
+type Response struct {
+	RideID            string              `json:"ride_id"`
+	Status            dispatch.RideStatus `json:"status"`
+	FareEstimateCents int64               `json:"fare_estimate_cents"`
+	// EstDistanceM is the estimated road distance in metres.
+	EstDistanceM float64 `json:"est_distance_m"`
+	// EstDurationS is the estimated driving time in seconds.
+	EstDurationS float64 `json:"est_duration_s"`
+}
+
+// ServeHTTP handles POST /function/order-create.
+func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		httpx.MethodNotAllowed(w, http.MethodPost)
+		return
+	}
+	var req Request
+	if err := httpx.DecodeJSON(w, r, f.d.Config.MaxBodyBytes, &req); err != nil {
+		httpx.WriteError(w, r, f.d.Log, err)
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	ride, err := f.validate(&req, key)
+	if err != nil {
+		httpx.WriteError(w, r, f.d.Log, err)
+		return
+	}
+	ride, created, err := f.create(r.Context(), ride, key)
+	if err != nil {
+		httpx.WriteError(w, r, f.d.Log, err)
+		return
+	}
+	status := http.StatusAccepted
+	if !created {
+		status = http.StatusOK
+	}
+	httpx.WriteJSON(w, status, Response{RideID: ride.ID, Status: ride.Status, FareEstimateCents: ride.FareEstimateCents,
+		EstDistanceM: ride.EstDistanceM, EstDurationS: ride.EstDurationS})
+}
+
+func point(field string, p *PointRequest) (dispatch.Point, error) {
+	if p == nil {
+		return dispatch.Point{}, dispatch.Invalid(field, "is required")
+	}
+	if p.Lat == nil {
+		return dispatch.Point{}, dispatch.Invalid(field+".lat", "is required")
+	}
+	if p.Lng == nil {
+		return dispatch.Point{}, dispatch.Invalid(field+".lng", "is required")
+	}
+	return dispatch.Point{Lat: *p.Lat, Lng: *p.Lng}, nil
+}
+
+func (f *Function) validate(req *Request, key string) (*dispatch.Ride, error) {
+	if err := dispatch.ValidateID("rider_id", req.RiderID); err != nil {
+		return nil, err
+	}
+	if len(key) > MaxIdempotencyKeyLen {
+		return nil, dispatch.Invalid("Idempotency-Key", fmt.Sprintf("must be at most %d bytes", MaxIdempotencyKeyLen))
+	}
+	area := f.d.ServiceArea()
+	pickup, err := point("pickup", req.Pickup)
+	if err != nil {
+		return nil, err
+	}
+	if err := dispatch.ValidateRidePoint("pickup", pickup, area); err != nil {
+		return nil, err
+	}
+	dropoff, err := point("dropoff", req.Dropoff)
+	if err != nil {
+		return nil, err
+	}
+	if err := dispatch.ValidateRidePoint("dropoff", dropoff, area); err != nil {
+		return nil, err
+	}
+	c := f.d.Config
+	est := dispatch.EstimateFare(dispatch.FareParams{
+		BaseCents: c.FareBaseCents, PerKmCents: c.FarePerKmCents, PerMinCents: c.FarePerMinCents,
+		MinimumCents: c.FareMinimumCents, RoadFactor: c.RoadFactor, AvgSpeedMPS: c.AvgSpeedMPS,
+	}, pickup, dropoff)
+	return &dispatch.Ride{
+		ID: uuid.NewString(), RiderID: req.RiderID, Status: dispatch.RideRequested, Pickup: pickup, Dropoff: dropoff,
+		FareEstimateCents: est.FareCents, EstDistanceM: est.DistanceM, EstDurationS: est.DurationS,
+	}, nil
+}
+
+// create inserts the ride and its ride.requested outbox row, or returns the ride an earlier request
+// with the same Idempotency-Key created (created = false).
+func (f *Function) create(ctx context.Context, ride *dispatch.Ride, key string) (*dispatch.Ride, bool, error) {
+	if key != "" {
+		if prior, err := f.replay(ctx, ride, key); prior != nil || err != nil {
+			return prior, false, err
+		}
+	}
+	err := f.d.DB.Tx(ctx, func(tx pgx.Tx) error {
+		if err := pgstore.InsertRide(ctx, tx, ride, key); err != nil {
+			return err
+		}
+		_, err := pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
+			Type: events.RideRequested, Source: Source, Subject: ride.ID,
+			Data: events.RideRequestedData{
+				RideID: ride.ID, RiderID: ride.RiderID,
+				Pickup:  events.Point{Lat: ride.Pickup.Lat, Lng: ride.Pickup.Lng},
+				Dropoff: events.Point{Lat: ride.Dropoff.Lat, Lng: ride.Dropoff.Lng},
+				FareEstimateCents: ride.FareEstimateCents, RequestedAt: ride.CreatedAt.UTC(),
+			},
+		})
+		return err
+	})
+	switch {
+	case pgstore.IsUniqueViolation(err, "rides_idempotency"):
+		// A concurrent request with the same key won the insert.
+		prior, err := f.replay(ctx, ride, key)
+		return prior, false, err
+	case dispatch.AsError(err).Reason == dispatch.ReasonRiderHasOpenRide:
+		e := dispatch.AsError(err)
+		if open, _ := pgstore.OpenRideOf(ctx, f.d.DB.Pool, ride.RiderID); open != nil {
+			e = e.With("ride_id", open.ID).With("current_status", string(open.Status))
+		}
+		return nil, false, e
+	case err != nil:
+		return nil, false, err
+	}
+	return ride, true, nil
+}
+
+// replay returns the ride created earlier with key, checking that the request is the same.
+func (f *Function) replay(ctx context.Context, ride *dispatch.Ride, key string) (*dispatch.Ride, error) {
+	prior, err := pgstore.RideByIdempotencyKey(ctx, f.d.DB.Pool, ride.RiderID, key)
+	if err != nil || prior == nil {
+		return nil, err
+	}
+	if prior.Pickup != ride.Pickup || prior.Dropoff != ride.Dropoff {
+		return nil, dispatch.Conflict(dispatch.ReasonIdempotencyKeyReused,
+			"Idempotency-Key was already used by this rider for a different ride request").With("ride_id", prior.ID)
+	}
+	return prior, nil
+}

@@ -1,0 +1,126 @@
+// Package app builds the dependencies a function needs once per process (configuration, the
+// PostgreSQL pool, the Redis client, a logger) and hands them to the function constructors.
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/httpx"
+	"github.com/flagdown/flagdown/shared/pgstore"
+	"github.com/flagdown/flagdown/shared/redisstore"
+)
+
+// Deps are a process's shared dependencies. Build them once (Open) and pass them to every
+// function's New; they are safe for concurrent use.
+type Deps struct {
+	Config *config.Config
+	DB     *pgstore.DB
+	Redis  *redisstore.Store
+	Log    *slog.Logger
+}
+
+// Open connects to PostgreSQL and Redis as cfg says. It does not apply migrations.
+func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Deps, error) {
+	if log == nil {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	db, err := pgstore.Open(ctx, cfg.DatabaseURL, cfg.DatabaseSchema)
+	if err != nil {
+		return nil, err
+	}
+	rdb, err := redisstore.Open(ctx, cfg.RedisURL)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &Deps{
+		Config: cfg,
+		DB:     db,
+		Redis:  redisstore.New(rdb, cfg.RedisPrefix, cfg.HeartbeatTTL, cfg.MaxSpeedMPS),
+		Log:    log,
+	}, nil
+}
+
+// Close releases the pools.
+func (d *Deps) Close() {
+	d.DB.Close()
+	_ = d.Redis.Client().Close()
+}
+
+// Ready checks that PostgreSQL and Redis answer.
+func (d *Deps) Ready(ctx context.Context) error {
+	if err := d.DB.Pool.Ping(ctx); err != nil {
+		return dispatch.Unavailable("postgres", err)
+	}
+	return d.Redis.Ping(ctx)
+}
+
+// ServiceArea returns the configured service area.
+func (d *Deps) ServiceArea() dispatch.Area {
+	a := d.Config.ServiceArea
+	return dispatch.Area{MinLat: a[0], MinLng: a[1], MaxLat: a[2], MaxLng: a[3]}
+}
+
+var (
+	processMu   sync.Mutex
+	processDeps *Deps
+)
+
+// Process returns the process-wide Deps built from the environment, building them on first use.
+// A failed build (a dependency down at start) is retried on the next call rather than cached.
+func Process(ctx context.Context) (*Deps, error) {
+	processMu.Lock()
+	defer processMu.Unlock()
+	if processDeps != nil {
+		return processDeps, nil
+	}
+	cfg, err := config.Load()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d, err := Open(ctx, cfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	processDeps = d
+	return d, nil
+}
+
+// Lazy is an http.Handler that builds its real handler from the process Deps on first request,
+// the shape the OpenFaaS golang-middleware template needs (a package-level Handle(w, r)).
+type Lazy struct {
+	build func(*Deps) http.Handler
+	once  sync.Mutex
+	h     http.Handler
+}
+
+// NewLazy returns a Lazy that calls build once the process Deps exist.
+func NewLazy(build func(*Deps) http.Handler) *Lazy { return &Lazy{build: build} }
+
+// ServeHTTP serves with the built handler, or answers 503 unavailable while Deps cannot be built.
+func (l *Lazy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	l.once.Lock()
+	h := l.h
+	if h == nil {
+		d, err := Process(r.Context())
+		if err != nil {
+			l.once.Unlock()
+			httpx.WriteError(w, r, nil, dispatch.Unavailable("dependencies", fmt.Errorf("start-up: %w", err)))
+			return
+		}
+		h = l.build(d)
+		l.h = h
+	}
+	l.once.Unlock()
+	h.ServeHTTP(w, r)
+}

@@ -1,0 +1,152 @@
+// Package httpx is the HTTP edge every function shares: strict JSON decoding, the one table mapping
+// error codes to HTTP statuses, JSON responses, and the shape of error bodies.
+package httpx
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/flagdown/flagdown/shared/dispatch"
+)
+
+// statusOf is the only place error codes become HTTP statuses.
+var statusOf = map[dispatch.Code]int{
+	dispatch.CodeInvalidArgument:  http.StatusBadRequest,
+	dispatch.CodeUnauthenticated:  http.StatusUnauthorized,
+	dispatch.CodePermissionDenied: http.StatusForbidden,
+	dispatch.CodeNotFound:         http.StatusNotFound,
+	dispatch.CodeConflict:         http.StatusConflict,
+	dispatch.CodeTooLarge:         http.StatusRequestEntityTooLarge,
+	dispatch.CodeInternal:         http.StatusInternalServerError,
+	dispatch.CodeUnavailable:      http.StatusServiceUnavailable,
+}
+
+// Status returns the HTTP status for an error code (500 for an unknown code).
+func Status(c dispatch.Code) int {
+	if s, ok := statusOf[c]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+// ErrorBody is the JSON body of every error answer: {"error": {...}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail describes an error to the caller.
+type ErrorDetail struct {
+	Code    dispatch.Code  `json:"code"`
+	Field   string         `json:"field,omitempty"`
+	Reason  string         `json:"reason,omitempty"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+// WriteJSON writes v as JSON with the given status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// WriteError writes err as an ErrorBody with the status of its code. Internal and unavailable
+// errors are logged with their cause; the caller only sees the generic message.
+func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	e := dispatch.AsError(err)
+	if e.Code == dispatch.CodeInternal || e.Code == dispatch.CodeUnavailable {
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "code", e.Code, "err", err)
+	}
+	WriteJSON(w, Status(e.Code), ErrorBody{Error: ErrorDetail{
+		Code: e.Code, Field: e.Field, Reason: e.Reason, Message: e.Message, Details: e.Details,
+	}})
+}
+
+// DecodeJSON reads r's body (at most maxBytes) into v strictly: the body must be one JSON value
+// with no unknown fields, no type mismatches (numbers sent as strings are refused), no NaN or
+// Infinity (not JSON) and no trailing bytes. Errors are *dispatch.Error naming the field:
+// CodeTooLarge past maxBytes, CodeInvalidArgument otherwise.
+func DecodeJSON(w http.ResponseWriter, r *http.Request, maxBytes int64, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
+		return dispatch.Invalid("Content-Type", "must be application/json")
+	}
+	body := http.MaxBytesReader(w, r.Body, maxBytes)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err, maxBytes)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return decodeError(err, maxBytes)
+		}
+		return dispatch.Invalid("body", "must hold exactly one JSON value (found trailing data)")
+	}
+	return nil
+}
+
+// JSONError turns an encoding/json decoding error into an invalid_argument error naming the field.
+func JSONError(err error) error { return decodeError(err, 0) }
+
+func decodeError(err error, maxBytes int64) error {
+	var (
+		mbe *http.MaxBytesError
+		se  *json.SyntaxError
+		te  *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return &dispatch.Error{Code: dispatch.CodeTooLarge, Field: "body",
+			Message: fmt.Sprintf("body: must be at most %d bytes", maxBytes)}
+	case errors.Is(err, io.EOF):
+		return dispatch.Invalid("body", "must be a JSON object (the body is empty)")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return dispatch.Invalid("body", "must be complete JSON (it ends too early)")
+	case errors.As(err, &se):
+		return dispatch.Invalid("body", fmt.Sprintf("must be valid JSON (syntax error at byte %d; NaN and Infinity are not JSON)", se.Offset))
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			field = "body"
+		}
+		return dispatch.Invalid(field, fmt.Sprintf("must be a JSON %s, not %s", jsonKind(te.Type.Kind().String()), te.Value))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return dispatch.Invalid(name, "is not a known field")
+	}
+	return dispatch.Invalid("body", "must be valid JSON: "+err.Error())
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "float64", "float32", "int", "int64", "int32", "uint", "uint64":
+		return "number"
+	case "string":
+		return "string"
+	case "bool":
+		return "boolean"
+	case "slice", "array":
+		return "array"
+	case "struct", "map", "ptr":
+		return "object"
+	}
+	return goKind
+}
+
+// MethodNotAllowed answers 405 with an invalid_argument body listing the allowed methods.
+func MethodNotAllowed(w http.ResponseWriter, allowed ...string) {
+	w.Header().Set("Allow", strings.Join(allowed, ", "))
+	WriteJSON(w, http.StatusMethodNotAllowed, ErrorBody{Error: ErrorDetail{
+		Code: dispatch.CodeInvalidArgument, Field: "method",
+		Message: "method: must be one of " + strings.Join(allowed, ", "),
+	}})
+}

@@ -1,0 +1,174 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flagdown/flagdown/shared/dispatch"
+)
+
+// GPSNoiseM is the distance in metres always allowed between two pings on top of
+// MaxSpeedMPS × elapsed time, so GPS jitter between close pings is not taken for a jump.
+const GPSNoiseM = 50
+
+// Ping is one validated driver location update.
+type Ping struct {
+	DriverID string
+	// Position is where the driver is, WGS84 degrees.
+	Position dispatch.Point
+	// At is when the device took the fix.
+	At time.Time
+	// Status is the status the driver's app asks for; empty keeps the current one.
+	Status dispatch.DriverStatus
+	// HeadingDeg is the heading in degrees clockwise from north (0..360); nil when unknown.
+	HeadingDeg *float64
+	// SpeedMPS is the device-reported speed, metres per second; nil when unknown.
+	SpeedMPS *float64
+}
+
+// PingResult is what one ping did.
+type PingResult struct {
+	// Applied is true when the ping became the driver's position.
+	Applied bool
+	// Rejected is "stale" or "gps_jump" when Applied is false.
+	Rejected string
+	// Status is the driver's status after the ping.
+	Status dispatch.DriverStatus
+	// OfferJSON is the driver's live offer (see OfferLock), empty when none.
+	OfferJSON string
+}
+
+// pingScript applies one ping atomically (one round trip per call, pipelined for batches).
+// KEYS: driver hash, heartbeat, GEO set, offer lock. ARGV: driver id, lat, lng, ts ms, status
+// ("" keeps), heading, speed, heartbeat TTL ms, max speed m/s, noise m, ride-pos key prefix,
+// ride-pos TTL ms.
+// Rules: a ping not newer than the last accepted one is stale and changes nothing; a ping implying
+// a speed above the maximum is a GPS jump: it refreshes the heartbeat but not the position. Drivers
+// on a ride keep the status flagdown gave them. Only available drivers with no ride and no live
+// offer are members of the GEO set.
+var pingScript = redis.NewScript(`
+local cur = redis.call('HMGET', KEYS[1], 'ts', 'lat', 'lng', 'status', 'ride')
+local ts = tonumber(ARGV[4])
+local lastTs = tonumber(cur[1])
+local status = cur[4] or 'offline'
+local ride = cur[5] or ''
+local offer = redis.call('GET', KEYS[4])
+if lastTs and ts <= lastTs then
+  return {0, 'stale', status, offer or ''}
+end
+local lat, lng = tonumber(ARGV[2]), tonumber(ARGV[3])
+local applied, rejected = 1, ''
+local plat, plng = tonumber(cur[2]), tonumber(cur[3])
+if plat and plng and lastTs then
+  local r = math.pi / 180
+  local dlat, dlng = (lat - plat) * r, (lng - plng) * r
+  local a = math.sin(dlat/2)^2 + math.cos(plat*r) * math.cos(lat*r) * math.sin(dlng/2)^2
+  local d = 2 * 6372797.560856 * math.asin(math.min(1, math.sqrt(a)))
+  local dt = (ts - lastTs) / 1000
+  if d > tonumber(ARGV[9]) * dt + tonumber(ARGV[10]) then
+    applied, rejected = 0, 'gps_jump'
+  end
+end
+local prev = status
+if ride == '' and ARGV[5] ~= '' then status = ARGV[5] end
+if ride ~= '' and (status == 'available' or status == 'offline' or status == 'paused') then status = 'navigating' end
+local fields = {'status', status, 'seen', ARGV[4]}
+if applied == 1 then
+  table.insert(fields, 'ts'); table.insert(fields, ARGV[4])
+  table.insert(fields, 'lat'); table.insert(fields, ARGV[2])
+  table.insert(fields, 'lng'); table.insert(fields, ARGV[3])
+  if ARGV[6] ~= '' then table.insert(fields, 'heading'); table.insert(fields, ARGV[6]) end
+  if ARGV[7] ~= '' then table.insert(fields, 'speed'); table.insert(fields, ARGV[7]) end
+else
+  lat, lng = plat, plng
+end
+if status == 'available' and prev ~= 'available' then
+  table.insert(fields, 'since'); table.insert(fields, ARGV[4])
+end
+redis.call('HSET', KEYS[1], unpack(fields))
+redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[8])
+if status == 'available' and ride == '' and not offer then
+  redis.call('GEOADD', KEYS[3], lng, lat, ARGV[1])
+else
+  redis.call('ZREM', KEYS[3], ARGV[1])
+end
+if ride ~= '' and applied == 1 then
+  local rk = ARGV[11] .. ride
+  redis.call('HSET', rk, 'lat', ARGV[2], 'lng', ARGV[3], 'ts', ARGV[4])
+  redis.call('PEXPIRE', rk, ARGV[12])
+end
+return {applied, rejected, status, offer or ''}
+`)
+
+// ApplyPings applies pings in one round trip (a pipeline of script calls) and returns one result
+// per ping, in order. It returns a CodeUnavailable error if Redis cannot be reached.
+func (s *Store) ApplyPings(ctx context.Context, pings []Ping) ([]PingResult, error) {
+	run := func() ([]redis.Cmder, error) {
+		pipe := s.rdb.Pipeline()
+		for _, p := range pings {
+			pingScript.EvalSha(ctx, pipe, s.pingKeys(p.DriverID), s.pingArgs(p)...)
+		}
+		return pipe.Exec(ctx)
+	}
+	cmds, err := run()
+	if err != nil && strings.Contains(err.Error(), "NOSCRIPT") {
+		if err := pingScript.Load(ctx, s.rdb).Err(); err != nil {
+			return nil, unavailable(err)
+		}
+		cmds, err = run()
+	}
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	out := make([]PingResult, len(cmds))
+	for i, c := range cmds {
+		vals, err := c.(*redis.Cmd).Slice()
+		if err != nil || len(vals) != 4 {
+			return nil, dispatch.Internal(err)
+		}
+		applied, _ := vals[0].(int64)
+		out[i] = PingResult{
+			Applied:   applied == 1,
+			Rejected:  str(vals[1]),
+			Status:    dispatch.DriverStatus(str(vals[2])),
+			OfferJSON: str(vals[3]),
+		}
+	}
+	return out, nil
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func (s *Store) pingKeys(driverID string) []string {
+	return []string{s.driverKey(driverID), s.hbKey(driverID), s.geoKey(), s.offerKey(driverID)}
+}
+
+func (s *Store) pingArgs(p Ping) []any {
+	opt := func(v *float64) string {
+		if v == nil {
+			return ""
+		}
+		return strconv.FormatFloat(*v, 'f', -1, 64)
+	}
+	return []any{
+		p.DriverID,
+		strconv.FormatFloat(p.Position.Lat, 'f', -1, 64),
+		strconv.FormatFloat(p.Position.Lng, 'f', -1, 64),
+		ms(p.At),
+		string(p.Status),
+		opt(p.HeadingDeg),
+		opt(p.SpeedMPS),
+		s.HeartbeatTTL.Milliseconds(),
+		strconv.FormatFloat(s.MaxSpeedMPS, 'f', -1, 64),
+		GPSNoiseM,
+		s.prefix + "ridepos:",
+		s.RidePosTTL.Milliseconds(),
+	}
+}

@@ -1,0 +1,91 @@
+// Package redisstore keeps flagdown's hot, short-lived state in Redis (go-redis v9): driver state and
+// heartbeats, the GEO set of available drivers, offer locks and live ride positions. Everything here
+// may be lost; PostgreSQL stays the source of truth for rides and offers.
+//
+// Keys (all under the configured prefix P):
+//
+//	P driver:{id}        hash: status, lat, lng, ts (ms of the last accepted ping), seen (ms of the
+//	                     last ping), heading, speed, ride (active ride id), since (ms available since), rating
+//	P hb:{id}            heartbeat, value = ping time ms, TTL = heartbeat TTL
+//	P geo:available      GEO set of available drivers (member = driver id; Redis stores lng, lat)
+//	P offer:{id}         offer lock of a driver, value = the offer as JSON, TTL = offer window
+//	P ridepos:{ride id}  hash lat, lng, ts: the live driver position of an ACCEPTED/IN_PROGRESS ride
+//
+// Ids that an expiry must act on (driver, ride) are in the key names, as the design notes require.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flagdown/flagdown/shared/dispatch"
+)
+
+// Store is the Redis adapter; one per process, safe for concurrent use.
+type Store struct {
+	rdb    redis.UniversalClient
+	prefix string
+	// HeartbeatTTL is how long a ping keeps a driver online.
+	HeartbeatTTL time.Duration
+	// MaxSpeedMPS is the implied speed (metres per second) above which a ping is a GPS jump.
+	MaxSpeedMPS float64
+	// RidePosTTL bounds how long a live ride position is kept without pings.
+	RidePosTTL time.Duration
+}
+
+// New returns a Store over rdb with every key under prefix.
+func New(rdb redis.UniversalClient, prefix string, heartbeatTTL time.Duration, maxSpeedMPS float64) *Store {
+	return &Store{rdb: rdb, prefix: prefix, HeartbeatTTL: heartbeatTTL, MaxSpeedMPS: maxSpeedMPS, RidePosTTL: 2 * time.Hour}
+}
+
+// Open parses a redis:// URL and returns a connected client.
+func Open(ctx context.Context, url string) (*redis.Client, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: parse REDIS_URL: %w", err)
+	}
+	opt.PoolSize = 64
+	rdb := redis.NewClient(opt)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("redisstore: connect %s: %w", opt.Addr, err)
+	}
+	return rdb, nil
+}
+
+// Client returns the underlying client.
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
+
+// Key helpers.
+func (s *Store) driverKey(id string) string  { return s.prefix + "driver:" + id }
+func (s *Store) hbKey(id string) string      { return s.prefix + "hb:" + id }
+func (s *Store) geoKey() string              { return s.prefix + "geo:available" }
+func (s *Store) offerKey(id string) string   { return s.prefix + "offer:" + id }
+func (s *Store) ridePosKey(id string) string { return s.prefix + "ridepos:" + id }
+
+// Ping checks the connection.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return dispatch.Unavailable("redis", err)
+	}
+	return nil
+}
+
+func unavailable(err error) error {
+	if err == nil || errors.Is(err, redis.Nil) {
+		return err
+	}
+	return dispatch.Unavailable("redis", err)
+}
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+func f64(s string) float64 {
+	v, _ := strconv.ParseFloat(s, 64)
+	return v
+}
