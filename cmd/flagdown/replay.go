@@ -1,8 +1,56 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"errors"
+	"fmt"
 
-// newReplayCmd is filled in by the replay work.
+	"github.com/spf13/cobra"
+
+	"github.com/flagdown/flagdown/cmd/flagdown/internal/replay"
+)
+
+// newReplayCmd builds `flagdown replay`: real NYC taxi trips replayed against a running platform over
+// its HTTP API (see package replay).
 func newReplayCmd() *cobra.Command {
-	return &cobra.Command{Use: "replay", Short: "replay real trips against a running platform"}
+	o := replay.DefaultOptions()
+	var minutes int
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "replay real NYC taxi trips against a running platform over HTTP",
+		Long: `Replay real NYC taxi trips against a running platform through its HTTP API.
+
+Simulated drivers start at real pickup positions, go online and ping POST /function/location-update
+(batched, like a gateway aggregator); they accept or decline the offers they see in the ping answers,
+drive straight-line to the pickup and the dropoff, and start and complete their rides. Each trip in the
+window becomes an order-create at its real pickup time. Simulated time runs --speedup times faster than
+wall time. At the end a summary table is printed and written as JSON to --summary.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Minutes = float64(minutes)
+			o.Progress = true
+			_, err := replay.Run(cmd.Context(), o, cmd.OutOrStdout())
+			if errors.Is(err, context.Canceled) {
+				return fmt.Errorf("replay interrupted; partial figures above")
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.URL, "url", o.URL, "platform base URL (gateway)")
+	f.StringVar(&o.TripsPath, "trips", o.TripsPath, "trips CSV (pickup_time,pickup_lat,pickup_lng,dropoff_lat,dropoff_lng)")
+	f.IntVar(&o.Drivers, "drivers", o.Drivers, "number of simulated drivers")
+	f.IntVar(&minutes, "minutes", int(o.Minutes), "replayed window, simulated minutes from the first pickup")
+	f.Float64Var(&o.Speedup, "speedup", o.Speedup, "simulated seconds per wall second")
+	f.DurationVar(&o.PingInterval, "ping-interval", o.PingInterval, "driver ping interval, simulated time")
+	f.Float64Var(&o.AcceptProb, "accept-prob", o.AcceptProb, "probability a driver accepts an offer (else declines), 0..1")
+	f.Float64Var(&o.DriverSpeedMPS, "driver-speed-mps", o.DriverSpeedMPS, "straight-line driving speed, metres per simulated second")
+	f.Uint64Var(&o.Seed, "seed", o.Seed, "random seed (driver positions, think times, accept decisions)")
+	f.StringVar(&o.SummaryPath, "summary", o.SummaryPath, "where to write the summary JSON (empty: none)")
+	f.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "HTTP workers (and idle connections kept to the platform)")
+	f.DurationVar(&o.Drain, "drain", o.Drain, "extra simulated time after the last order to let rides finish matching")
+	f.IntVar(&o.BatchSize, "batch", o.BatchSize, fmt.Sprintf("pings per location-update call, 1..%d (1 = one ping per call)", replay.MaxBatchSize))
+	f.BoolVar(&o.CheckURL, "check-url", o.CheckURL, "fail fast unless GET <url>/readyz answers 200")
+	f.StringVar(&o.RunID, "run-id", "", "id embedded in driver and rider ids (default: derived from the clock, unique per run)")
+	return cmd
 }

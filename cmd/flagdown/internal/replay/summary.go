@@ -1,0 +1,211 @@
+package replay
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+	"text/tabwriter"
+)
+
+// Percentile returns the nearest-rank p-th percentile (p in 0..100) of samples: the smallest sample
+// such that at least p % of the samples are ≤ it (rank ⌈p/100 × n⌉, at least 1). It returns 0 for no
+// samples and ignores NaN samples. samples is not modified. The unit is the samples' unit.
+func Percentile(samples []float64, p float64) float64 {
+	s := make([]float64, 0, len(samples))
+	for _, v := range samples {
+		if !math.IsNaN(v) {
+			s = append(s, v)
+		}
+	}
+	if len(s) == 0 {
+		return 0
+	}
+	sort.Float64s(s)
+	rank := int(math.Ceil(p / 100 * float64(len(s))))
+	rank = max(1, min(rank, len(s)))
+	return s[rank-1]
+}
+
+// Mean returns the arithmetic mean of samples (NaN ignored), 0 when there are none.
+func Mean(samples []float64) float64 {
+	var sum float64
+	var n int
+	for _, v := range samples {
+		if !math.IsNaN(v) {
+			sum += v
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
+// Summary is what a replay measured; it is written as JSON to --summary and printed as a table.
+// Ride counts refer to rides this replay created; "simulated" durations are replay time (wall × speedup).
+type Summary struct {
+	// RidesRequested is how many order-create calls the platform accepted (202, or 200 on an idempotent replay).
+	RidesRequested int `json:"rides_requested"`
+	// RidesRejected is how many trips the platform refused with a 4xx answer.
+	RidesRejected int `json:"rides_rejected"`
+	// RejectedExamples are the first few rejection messages (status and error message).
+	RejectedExamples []string `json:"rejected_examples"`
+	// RidesOffered is how many requested rides got at least one offer seen by a simulated driver.
+	RidesOffered int `json:"rides_offered"`
+	// RidesAccepted is how many rides a simulated driver accepted successfully (200 on accept).
+	RidesAccepted int `json:"rides_accepted"`
+	// RidesMatched equals RidesAccepted (a ride counts as matched once accepted).
+	RidesMatched int `json:"rides_matched"`
+	// RidesCompleted is how many rides were completed (200 on complete) before the replay ended.
+	RidesCompleted int `json:"rides_completed"`
+	// MatchRate is RidesMatched / RidesRequested, 0..1 (0 when nothing was requested).
+	MatchRate float64 `json:"match_rate"`
+	// RidesUnmatched is RidesRequested − RidesMatched: requested but never accepted by the end.
+	RidesUnmatched int `json:"rides_unmatched"`
+	// OffersTotal is the number of distinct offer ids the drivers saw.
+	OffersTotal int `json:"offers_total"`
+	// Declines is how many decline calls the platform answered 200.
+	Declines int `json:"declines"`
+	// DeclineConflicts is how many decline calls were answered 409 (offer already gone).
+	DeclineConflicts int `json:"decline_conflicts"`
+	// AcceptConflicts is how many accept calls were answered 409 (offer_expired, ride_taken, not_your_offer).
+	AcceptConflicts int `json:"accept_conflicts"`
+	// AcceptConflictReasons counts AcceptConflicts by the error's reason.
+	AcceptConflictReasons map[string]int `json:"accept_conflict_reasons"`
+	// TransitionConflicts is how many start/complete calls were answered 409.
+	TransitionConflicts int `json:"transition_conflicts"`
+
+	// TimeToMatchCount is the number of samples behind the time_to_match percentiles.
+	TimeToMatchCount int `json:"time_to_match_count"`
+	// TimeToMatchP50S is the median simulated seconds from order-create to a successful accept.
+	TimeToMatchP50S float64 `json:"time_to_match_p50_s"`
+	// TimeToMatchP95S is the 95th percentile, simulated seconds.
+	TimeToMatchP95S float64 `json:"time_to_match_p95_s"`
+	// TimeToMatchP99S is the 99th percentile, simulated seconds.
+	TimeToMatchP99S float64 `json:"time_to_match_p99_s"`
+
+	// PickupDistanceCount is the number of samples behind the pickup_distance figures.
+	PickupDistanceCount int `json:"pickup_distance_count"`
+	// PickupDistanceMeanM is the mean straight-line driver→pickup distance at accept, metres (offer distance_m).
+	PickupDistanceMeanM float64 `json:"pickup_distance_mean_m"`
+	// PickupDistanceP50M is the median driver→pickup distance at accept, metres.
+	PickupDistanceP50M float64 `json:"pickup_distance_p50_m"`
+	// PickupDistanceP95M is the 95th percentile driver→pickup distance at accept, metres.
+	PickupDistanceP95M float64 `json:"pickup_distance_p95_m"`
+
+	// OfferLatencyCount is the number of rides behind the offer_latency percentiles.
+	OfferLatencyCount int `json:"offer_latency_count"`
+	// OfferLatencyP50Ms is the median wall-clock ms from ride creation to its first offer
+	// (server timestamps first_offered_at − created_at from GET /function/ride/{id}).
+	OfferLatencyP50Ms float64 `json:"offer_latency_p50_ms"`
+	// OfferLatencyP99Ms is the 99th percentile of the same, wall-clock ms.
+	OfferLatencyP99Ms float64 `json:"offer_latency_p99_ms"`
+	// RideStatusCounts counts the rides' final server status (from GET /function/ride/{id}).
+	RideStatusCounts map[string]int `json:"ride_status_counts"`
+	// RideFetchErrors is how many GET /function/ride/{id} calls at the end failed.
+	RideFetchErrors int `json:"ride_fetch_errors"`
+
+	// PingsTotal is how many pings the platform answered (each ping of a batch counts once).
+	PingsTotal int64 `json:"pings_total"`
+	// PingsPerS is PingsTotal divided by the wall seconds the ping phase ran (sustained rate).
+	PingsPerS float64 `json:"pings_per_s"`
+	// PingRequests is how many location-update HTTP calls were made.
+	PingRequests int64 `json:"ping_requests"`
+	// PingsSkipped is how many scheduled pings were not sent because the driver's previous ping was
+	// still in flight (the replay could not keep up).
+	PingsSkipped int64 `json:"pings_skipped"`
+	// GPSRejected is how many pings the platform answered with rejected = gps_jump.
+	GPSRejected int64 `json:"gps_rejected"`
+	// StaleRejected is how many pings the platform answered with rejected = stale.
+	StaleRejected int64 `json:"stale_rejected"`
+	// HTTPErrors counts failed calls (transport errors and unexpected statuses) by endpoint.
+	HTTPErrors map[string]int `json:"http_errors"`
+	// ErrorExamples are the first few unexpected errors, for display.
+	ErrorExamples []string `json:"error_examples"`
+
+	// WallSeconds is the wall-clock duration of the whole replay, seconds.
+	WallSeconds float64 `json:"wall_seconds"`
+	// Interrupted is true when the replay was cancelled before the end (figures are partial).
+	Interrupted bool `json:"interrupted"`
+	// TripsInWindow is how many trips of the file fall in the replay window.
+	TripsInWindow int `json:"trips_in_window"`
+	// TripsSkippedRows is how many CSV rows failed to parse.
+	TripsSkippedRows int `json:"trips_skipped_rows"`
+
+	// Drivers is the number of simulated drivers.
+	Drivers int `json:"drivers"`
+	// Speedup is simulated seconds per wall second.
+	Speedup float64 `json:"speedup"`
+	// WindowMinutes is the replayed window of trips, simulated minutes from the first pickup.
+	WindowMinutes float64 `json:"window_minutes"`
+	// PingIntervalS is the drivers' ping interval, simulated seconds.
+	PingIntervalS float64 `json:"ping_interval_s"`
+	// AcceptProb is the probability (0..1) a driver accepts an offer.
+	AcceptProb float64 `json:"accept_prob"`
+	// DriverSpeedMPS is the drivers' straight-line speed, metres per simulated second.
+	DriverSpeedMPS float64 `json:"driver_speed_mps"`
+	// DrainS is the simulated seconds the replay ran after the last order-create.
+	DrainS float64 `json:"drain_s"`
+	// Seed is the random seed.
+	Seed uint64 `json:"seed"`
+	// Concurrency is the number of HTTP workers.
+	Concurrency int `json:"concurrency"`
+	// BatchSize is the number of pings per location-update call (1 = one ping per call).
+	BatchSize int `json:"batch_size"`
+	// TripsPath is the trips CSV replayed.
+	TripsPath string `json:"trips_path"`
+	// URL is the platform's base URL.
+	URL string `json:"url"`
+	// RunID distinguishes this run's driver and rider ids from other runs'.
+	RunID string `json:"run_id"`
+}
+
+// WriteJSON writes s as indented JSON to path (creating or truncating it).
+func (s *Summary) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// WriteTable prints the summary figures as an aligned table.
+func (s *Summary) WriteTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, f string, a ...any) { fmt.Fprintf(tw, "%s\t"+f+"\n", append([]any{k}, a...)...) }
+	if s.Interrupted {
+		row("INTERRUPTED", "%s", "figures are partial")
+	}
+	row("rides requested", "%d (rejected %d, trips in window %d)", s.RidesRequested, s.RidesRejected, s.TripsInWindow)
+	row("rides offered", "%d", s.RidesOffered)
+	row("rides matched (accepted)", "%d", s.RidesMatched)
+	row("rides completed", "%d", s.RidesCompleted)
+	row("rides unmatched", "%d", s.RidesUnmatched)
+	row("match rate", "%.1f %%", 100*s.MatchRate)
+	row("offers / declines", "%d / %d (decline 409s %d)", s.OffersTotal, s.Declines, s.DeclineConflicts)
+	row("accept conflicts (409)", "%d %v", s.AcceptConflicts, s.AcceptConflictReasons)
+	row("time to match p50/p95/p99", "%.1f / %.1f / %.1f s simulated (n=%d)", s.TimeToMatchP50S, s.TimeToMatchP95S, s.TimeToMatchP99S, s.TimeToMatchCount)
+	row("pickup distance mean/p50/p95", "%.0f / %.0f / %.0f m (n=%d)", s.PickupDistanceMeanM, s.PickupDistanceP50M, s.PickupDistanceP95M, s.PickupDistanceCount)
+	row("offer latency p50/p99", "%.0f / %.0f ms wall (n=%d)", s.OfferLatencyP50Ms, s.OfferLatencyP99Ms, s.OfferLatencyCount)
+	if len(s.RideStatusCounts) > 0 {
+		row("final ride status", "%v", s.RideStatusCounts)
+	}
+	row("pings", "%d in %d calls, %.0f /s wall (skipped %d)", s.PingsTotal, s.PingRequests, s.PingsPerS, s.PingsSkipped)
+	row("pings rejected", "gps_jump %d, stale %d", s.GPSRejected, s.StaleRejected)
+	if len(s.HTTPErrors) > 0 {
+		row("http errors", "%v", s.HTTPErrors)
+	}
+	row("wall time", "%.1f s", s.WallSeconds)
+	row("drivers / speedup / window", "%d / %gx / %g min", s.Drivers, s.Speedup, s.WindowMinutes)
+	tw.Flush()
+	for _, e := range s.RejectedExamples {
+		fmt.Fprintf(w, "  rejected: %s\n", e)
+	}
+	for _, e := range s.ErrorExamples {
+		fmt.Fprintf(w, "  error: %s\n", e)
+	}
+}
