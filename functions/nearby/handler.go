@@ -1,0 +1,114 @@
+// Package function is the nearby function: available drivers around a point, for the rider's map.
+//
+// GET /function/nearby?lat=40.75&lng=-73.98&radius_m=1000 answers the nearest available drivers,
+// at most FLAGDOWN_NEARBY_MAX_COUNT of them, within radius_m metres (default 1000, at most
+// FLAGDOWN_NEARBY_MAX_RADIUS_M).
+package function
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/httpx"
+)
+
+// DefaultRadiusM is the search radius in metres when radius_m is omitted.
+const DefaultRadiusM = 1000
+
+// Function serves nearby queries.
+type Function struct{ d *app.Deps }
+
+// New returns the function over d.
+func New(d *app.Deps) *Function { return &Function{d: d} }
+
+var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
+
+// Handle is the OpenFaaS golang-middleware entry point.
+func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }
+
+// Driver is one nearby driver.
+type Driver struct {
+	DriverID string `json:"driver_id"`
+	// DistanceM is the distance from the query point in metres.
+	DistanceM float64 `json:"distance_m"`
+	Lat       float64 `json:"lat"`
+	Lng       float64 `json:"lng"`
+}
+
+// Response lists drivers nearest first.
+type Response struct {
+	Drivers []Driver `json:"drivers"`
+}
+
+// ServeHTTP handles GET /function/nearby.
+func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		httpx.MethodNotAllowed(w, http.MethodGet)
+		return
+	}
+	p, radius, err := f.parse(r.URL.Query())
+	if err != nil {
+		httpx.WriteError(w, r, f.d.Log, err)
+		return
+	}
+	hits, err := f.d.Redis.Nearby(r.Context(), p, radius, f.d.Config.NearbyMaxCount)
+	if err != nil {
+		httpx.WriteError(w, r, f.d.Log, err)
+		return
+	}
+	out := Response{Drivers: make([]Driver, len(hits))}
+	for i, h := range hits {
+		out.Drivers[i] = Driver{DriverID: h.DriverID, DistanceM: math.Round(h.DistanceM*10) / 10, Lat: h.Position.Lat, Lng: h.Position.Lng}
+	}
+	httpx.WriteJSON(w, http.StatusOK, out)
+}
+
+func (f *Function) parse(q url.Values) (dispatch.Point, float64, error) {
+	for k := range q {
+		if k != "lat" && k != "lng" && k != "radius_m" {
+			return dispatch.Point{}, 0, dispatch.Invalid(k, "is not a known parameter (lat, lng, radius_m)")
+		}
+	}
+	num := func(name string, required bool, def float64) (float64, error) {
+		vs, ok := q[name]
+		if !ok {
+			if required {
+				return 0, dispatch.Invalid(name, "is required")
+			}
+			return def, nil
+		}
+		if len(vs) != 1 {
+			return 0, dispatch.Invalid(name, "must be given once")
+		}
+		v, err := strconv.ParseFloat(vs[0], 64)
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+			return 0, dispatch.Invalid(name, "must be a finite decimal number")
+		}
+		return v, nil
+	}
+	lat, err := num("lat", true, 0)
+	if err != nil {
+		return dispatch.Point{}, 0, err
+	}
+	lng, err := num("lng", true, 0)
+	if err != nil {
+		return dispatch.Point{}, 0, err
+	}
+	p := dispatch.Point{Lat: lat, Lng: lng}
+	if err := dispatch.ValidatePoint("", p); err != nil {
+		return dispatch.Point{}, 0, err
+	}
+	radius, err := num("radius_m", false, DefaultRadiusM)
+	if err != nil {
+		return dispatch.Point{}, 0, err
+	}
+	if radius <= 0 || radius > f.d.Config.NearbyMaxRadiusM {
+		return dispatch.Point{}, 0, dispatch.Invalid("radius_m", fmt.Sprintf("must be greater than 0 and at most %v metres", f.d.Config.NearbyMaxRadiusM))
+	}
+	return p, radius, nil
+}

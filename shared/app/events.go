@@ -1,0 +1,53 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/flagdown/flagdown/shared/cloudevent"
+	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/httpx"
+)
+
+// EventFunc handles one decoded, validated CloudEvent and returns a short outcome for the answer
+// body (e.g. "offered", "duplicate"). It must be idempotent on (source, id).
+type EventFunc func(ctx context.Context, e event.Event) (string, error)
+
+// EventHandler is the HTTP edge of a function triggered by events: it decodes the request
+// (CloudEvents binary or structured mode), rejects types outside accepts with 400, calls fn and
+// answers 200 {"outcome": ...}. Errors map through the one status table, so a trigger retries
+// 5xx (unavailable, internal) and dead-letters 4xx.
+func EventHandler(d *Deps, accepts []string, fn EventFunc) http.Handler {
+	ok := map[string]bool{}
+	for _, t := range accepts {
+		ok[t] = true
+	}
+	list := append([]string(nil), accepts...)
+	sort.Strings(list)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			httpx.MethodNotAllowed(w, http.MethodPost)
+			return
+		}
+		e, err := cloudevent.FromRequestLimit(r, d.Config.MaxBodyBytes)
+		if err != nil {
+			httpx.WriteError(w, r, d.Log, err)
+			return
+		}
+		if !ok[e.Type()] {
+			httpx.WriteError(w, r, d.Log, dispatch.Invalid("type", fmt.Sprintf("must be one of %s for this function", strings.Join(list, ", "))))
+			return
+		}
+		outcome, err := fn(r.Context(), e)
+		if err != nil {
+			httpx.WriteError(w, r, d.Log, err)
+			return
+		}
+		httpx.WriteJSON(w, http.StatusOK, map[string]string{"id": e.ID(), "type": e.Type(), "outcome": outcome})
+	})
+}
