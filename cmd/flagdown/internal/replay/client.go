@@ -22,7 +22,8 @@ type Ping struct {
 	Lng float64 `json:"lng"`
 	// Heading is degrees clockwise from north, 0..360; omitted when the driver is not moving.
 	Heading *float64 `json:"heading,omitempty"`
-	// SpeedMPS is the driver's speed in metres per simulated second.
+	// SpeedMPS is the driver's speed in metres per simulated second (0 when not moving; capped at 100 so
+	// it stays within the platform's limit of 2 × FLAGDOWN_MAX_SPEED_MPS).
 	SpeedMPS float64 `json:"speed_mps"`
 	// TS is the wall-clock time of the ping, RFC 3339 UTC (the platform's timers are real time).
 	TS string `json:"ts"`

@@ -25,8 +25,25 @@ import (
 )
 
 // PlatformDefaultMaxSpeedMPS is the platform's default FLAGDOWN_MAX_SPEED_MPS (metres per wall
-// second); pings implying a faster move are rejected as gps_jump.
+// second); a ping moving farther than that × wall seconds since the last applied ping, plus
+// PlatformGPSNoiseM, is rejected as gps_jump (its heartbeat still counts).
 const PlatformDefaultMaxSpeedMPS = 55
+
+// PlatformGPSNoiseM is the distance in metres the platform always allows between two pings on top of
+// its maximum speed × elapsed wall time before calling a move a gps_jump.
+const PlatformGPSNoiseM = 50
+
+// maxSentSpeedMPS caps the speed_mps sent in pings: the platform rejects a whole batch if one ping's
+// speed_mps exceeds 2 × FLAGDOWN_MAX_SPEED_MPS.
+const maxSentSpeedMPS = 100
+
+// gpsJumpCheck returns how far a moving driver travels between two pings (metres) and how far the
+// platform's default gps_jump rule allows for the wall time between them (metres).
+func gpsJumpCheck(o Options) (stepM, allowedM float64) {
+	stepM = o.DriverSpeedMPS * o.PingInterval.Seconds()
+	allowedM = PlatformDefaultMaxSpeedMPS*o.PingInterval.Seconds()/o.Speedup + PlatformGPSNoiseM
+	return stepM, allowedM
+}
 
 // MaxBatchSize is the largest number of pings the replay puts in one location-update call.
 const MaxBatchSize = 500
@@ -333,12 +350,11 @@ func Run(ctx context.Context, opts Options, out io.Writer) (*Summary, error) {
 	if len(trips) == 0 {
 		return nil, fmt.Errorf("no trips in the window (%d rows read)", len(all))
 	}
-	if w := opts.DriverSpeedMPS * opts.Speedup; w > PlatformDefaultMaxSpeedMPS {
-		fmt.Fprintf(out, "warning: drivers move %.0f m per wall second (driver-speed-mps %g × speedup %g), above the platform's default FLAGDOWN_MAX_SPEED_MPS %d: "+
-			"pings of moving drivers will be rejected as gps_jump unless the platform allows more; lower --speedup or --driver-speed-mps to avoid it\n",
-			w, opts.DriverSpeedMPS, opts.Speedup, PlatformDefaultMaxSpeedMPS)
+	if step, allowed := gpsJumpCheck(opts); step > allowed {
+		fmt.Fprintf(out, "warning: a moving driver covers %.0f m between pings (%.2f s wall apart) but the platform's default gps_jump rule "+
+			"allows only %.0f m (FLAGDOWN_MAX_SPEED_MPS %d × dt + %d m noise): lower --speedup or --driver-speed-mps\n",
+			step, opts.PingInterval.Seconds()/opts.Speedup, allowed, PlatformDefaultMaxSpeedMPS, PlatformGPSNoiseM)
 	}
-
 	s := &sim{
 		ctx: ctx, opts: opts, c: c, trips: trips, t0: trips[0].PickupTime,
 		rides: map[string]*ride{}, conflictReasons: map[string]int{}, httpErrors: map[string]int{},
@@ -527,7 +543,7 @@ func (s *sim) pingDue(t time.Duration) {
 		ping := Ping{DriverID: d.id, Lat: p.Lat, Lng: p.Lng, TS: wall}
 		if d.leg != nil && d.leg.End() > t {
 			h := d.leg.Heading()
-			ping.Heading, ping.SpeedMPS = &h, s.opts.DriverSpeedMPS
+			ping.Heading, ping.SpeedMPS = &h, min(s.opts.DriverSpeedMPS, maxSentSpeedMPS)
 		}
 		if !d.online && d.state == stIdle {
 			ping.Status = "available"
