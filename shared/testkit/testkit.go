@@ -10,6 +10,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"io"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -18,7 +20,10 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/pgstore"
+	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
 // DefaultDatabaseURL is used when DATABASE_URL is unset.
@@ -121,4 +126,31 @@ func NATS(t testing.TB) string {
 	}
 	t.Cleanup(ns.Shutdown)
 	return ns.ClientURL()
+}
+
+// Deps builds function dependencies over a fresh schema and Redis prefix (see DB and Redis), with
+// the default configuration changed by tune (may be nil). Everything is removed when t ends.
+func Deps(t testing.TB, tune func(*config.Config)) *app.Deps {
+	t.Helper()
+	cfg, err := config.FromEnv(map[string]string{})
+	if err != nil {
+		t.Fatalf("testkit: config: %v", err)
+	}
+	db := DB(t)
+	rdb, prefix := Redis(t)
+	cfg.DatabaseURL, cfg.DatabaseSchema = DatabaseURL(), db.Schema
+	cfg.RedisURL, cfg.RedisPrefix = RedisURL(), prefix
+	if tune != nil {
+		tune(cfg)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return &app.Deps{
+		Config: cfg,
+		DB:     db,
+		Redis:  redisstore.New(rdb, prefix, cfg.HeartbeatTTL, cfg.MaxSpeedMPS),
+		Log:    log,
+	}
 }
