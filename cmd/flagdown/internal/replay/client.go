@@ -74,6 +74,7 @@ type APIError struct {
 	Message string
 }
 
+// Error formats the status, code, reason and message.
 func (e *APIError) Error() string {
 	s := fmt.Sprintf("HTTP %d %s", e.Status, e.Code)
 	if e.Reason != "" {

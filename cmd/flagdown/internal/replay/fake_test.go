@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -397,5 +398,41 @@ func TestRunPreflight(t *testing.T) {
 	o.Drivers = 0
 	if _, err := Run(context.Background(), o, nil); err == nil {
 		t.Error("0 drivers accepted")
+	}
+}
+
+// TestRunLoadFake measures the replay's own ping throughput at the default scale (2000 drivers,
+// 4 s simulated ping interval, speedup 8 → 4000 pings/s wall) against the in-process fake.
+// Run with FLAGDOWN_REPLAY_LOAD=1 (and optionally FLAGDOWN_REPLAY_BATCH=1 for single pings).
+func TestRunLoadFake(t *testing.T) {
+	if os.Getenv("FLAGDOWN_REPLAY_LOAD") == "" {
+		t.Skip("set FLAGDOWN_REPLAY_LOAD=1")
+	}
+	fp := newFakePlatform(t)
+	srv := httptest.NewServer(fp)
+	defer srv.Close()
+	o := DefaultOptions()
+	o.URL = srv.URL
+	o.Trips = loadReal(t).Trips
+	o.Minutes = 2
+	o.Drain = 0
+	o.Progress = false
+	o.SummaryPath = ""
+	if b := os.Getenv("FLAGDOWN_REPLAY_BATCH"); b != "" {
+		fmt.Sscan(b, &o.BatchSize)
+	}
+	var out strings.Builder
+	var ru0, ru1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	sum, err := Run(context.Background(), o, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) * time.Nanosecond
+	t.Logf("\n%s\nCPU (replay + fake, one process): %v over %.1f s wall = %.2f cores", out.String(), cpu, sum.WallSeconds, cpu.Seconds()/sum.WallSeconds)
+	want := float64(o.Drivers) / o.PingInterval.Seconds() * o.Speedup
+	if sum.PingsPerS < 0.9*want {
+		t.Errorf("sustained %.0f pings/s, want ≈ %.0f", sum.PingsPerS, want)
 	}
 }

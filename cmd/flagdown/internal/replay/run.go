@@ -184,15 +184,24 @@ type event struct {
 
 type eventHeap []event
 
+// Len, Less, Swap, Push and Pop implement heap.Interface ordered by simulated time, then insertion.
 func (h eventHeap) Len() int { return len(h) }
+
+// Less orders by simulated time, then by insertion order.
 func (h eventHeap) Less(i, j int) bool {
 	if h[i].at != h[j].at {
 		return h[i].at < h[j].at
 	}
 	return h[i].seq < h[j].seq
 }
+
+// Swap implements heap.Interface.
 func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+
+// Push implements heap.Interface.
+func (h *eventHeap) Push(x any) { *h = append(*h, x.(event)) }
+
+// Pop implements heap.Interface.
 func (h *eventHeap) Pop() any {
 	old := *h
 	e := old[len(old)-1]
@@ -215,6 +224,7 @@ type sim struct {
 	events  eventHeap
 	seq     int
 	jobs    chan func(context.Context)
+	closed  bool // jobs is closed: nothing more is sent
 
 	inboxMu sync.Mutex
 	inbox   []func()
@@ -267,6 +277,9 @@ func (s *sim) schedule(at time.Duration, fn func()) {
 
 // submit hands a job to the workers; it blocks while they are all busy (back-pressure).
 func (s *sim) submit(job func(context.Context)) {
+	if s.closed {
+		return
+	}
 	select {
 	case s.jobs <- job:
 	case <-s.ctx.Done():
@@ -434,6 +447,7 @@ loop:
 	}
 	tick.Stop()
 	pingWall := time.Since(wallStart)
+	s.closed = true
 	close(s.jobs)
 	wg.Wait()
 	s.drainInbox()
