@@ -156,8 +156,8 @@ func (f *Function) create(ctx context.Context, ride *dispatch.Ride, key string) 
 			Type: events.RideRequested, Source: Source, Subject: ride.ID,
 			Data: events.RideRequestedData{
 				RideID: ride.ID, RiderID: ride.RiderID,
-				Pickup:  events.Point{Lat: ride.Pickup.Lat, Lng: ride.Pickup.Lng},
-				Dropoff: events.Point{Lat: ride.Dropoff.Lat, Lng: ride.Dropoff.Lng},
+				Pickup:            events.Point{Lat: ride.Pickup.Lat, Lng: ride.Pickup.Lng},
+				Dropoff:           events.Point{Lat: ride.Dropoff.Lat, Lng: ride.Dropoff.Lng},
 				FareEstimateCents: ride.FareEstimateCents, RequestedAt: ride.CreatedAt.UTC(),
 			},
 		})
@@ -169,6 +169,12 @@ func (f *Function) create(ctx context.Context, ride *dispatch.Ride, key string) 
 		prior, err := f.replay(ctx, ride, key)
 		return prior, false, err
 	case dispatch.AsError(err).Reason == dispatch.ReasonRiderHasOpenRide:
+		if key != "" {
+			// A concurrent request with the same key may have won on the per-rider index first.
+			if prior, err := f.replay(ctx, ride, key); prior != nil || err != nil {
+				return prior, false, err
+			}
+		}
 		e := dispatch.AsError(err)
 		if open, _ := pgstore.OpenRideOf(ctx, f.d.DB.Pool, ride.RiderID); open != nil {
 			e = e.With("ride_id", open.ID).With("current_status", string(open.Status))
