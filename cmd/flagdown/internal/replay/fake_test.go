@@ -403,7 +403,8 @@ func TestRunPreflight(t *testing.T) {
 
 // TestRunLoadFake measures the replay's own ping throughput at the default scale (2000 drivers,
 // 4 s simulated ping interval, speedup 8 → 4000 pings/s wall) against the in-process fake.
-// Run with FLAGDOWN_REPLAY_LOAD=1 (and optionally FLAGDOWN_REPLAY_BATCH=1 for single pings).
+// Run with FLAGDOWN_REPLAY_LOAD=1 (optionally FLAGDOWN_REPLAY_BATCH=1 for single pings,
+// FLAGDOWN_REPLAY_MINUTES=20 for the full default window with its 2 min drain, ~3 min wall).
 func TestRunLoadFake(t *testing.T) {
 	if os.Getenv("FLAGDOWN_REPLAY_LOAD") == "" {
 		t.Skip("set FLAGDOWN_REPLAY_LOAD=1")
@@ -418,6 +419,10 @@ func TestRunLoadFake(t *testing.T) {
 	o.Drain = 0
 	o.Progress = false
 	o.SummaryPath = ""
+	if m := os.Getenv("FLAGDOWN_REPLAY_MINUTES"); m != "" { // full default run: 20, and drain 2m
+		fmt.Sscan(m, &o.Minutes)
+		o.Drain = DefaultOptions().Drain
+	}
 	if b := os.Getenv("FLAGDOWN_REPLAY_BATCH"); b != "" {
 		fmt.Sscan(b, &o.BatchSize)
 	}
