@@ -1,11 +1,201 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/spf13/cobra"
+
+	"github.com/flagdown/flagdown/events"
+	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/broker"
+	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/outbox"
+)
 
 func newDevCmd() *cobra.Command {
-	return &cobra.Command{Use: "dev", Short: "run the local platform"}
+	var addr, natsDir string
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the local platform: gateway, broker, triggers and outbox relay",
+		Long: `Runs everything a cluster would, in one process: serves every function under
+/function/<name> (the gateway), runs a NATS JetStream broker (embedded unless NATS_URL is set),
+delivers events to functions through the trigger table in CloudEvents binary mode (ack on 2xx,
+redelivery with backoff, dead-letter after FLAGDOWN_TRIGGER_MAX_DELIVER attempts), runs the outbox
+relay, and applies migrations on start. Stops gracefully on SIGINT/SIGTERM.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load()
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("addr") || os.Getenv("FLAGDOWN_ADDR") == "" {
+				cfg.Addr = addr
+			}
+			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			p, err := startPlatform(cmd.Context(), cfg, natsDir, log)
+			if err != nil {
+				return err
+			}
+			log.Info("flagdown dev ready", "gateway", "http://"+p.Addr(), "broker", p.natsURL)
+			<-cmd.Context().Done()
+			log.Info("shutting down")
+			return p.Close()
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:8080", "gateway listen address (env FLAGDOWN_ADDR)")
+	cmd.Flags().StringVar(&natsDir, "nats-store", "", "JetStream store folder of the embedded broker (default: a temporary folder)")
+	return cmd
 }
 
 func newMigrateCmd() *cobra.Command {
-	return &cobra.Command{Use: "migrate", Short: "apply database migrations"}
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply the database migrations (DATABASE_URL, FLAGDOWN_DB_SCHEMA)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load()
+			if err != nil {
+				return err
+			}
+			d, err := app.Open(cmd.Context(), cfg, nil)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			if err := d.DB.Migrate(cmd.Context()); err != nil {
+				return err
+			}
+			fmt.Println("migrations applied")
+			return nil
+		},
+	}
+}
+
+// platform is a running local platform.
+type platform struct {
+	deps     *app.Deps
+	ln       net.Listener
+	srv      *http.Server
+	broker   *broker.Broker
+	embedded *server.Server
+	natsURL  string
+	tmpDir   string
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	log      *slog.Logger
+	disp     *broker.Dispatcher
+}
+
+// startPlatform opens the dependencies, migrates, starts the broker, the gateway on cfg.Addr, the
+// triggers and the outbox relay. Close stops them in reverse order.
+func startPlatform(ctx context.Context, cfg *config.Config, natsDir string, log *slog.Logger) (*platform, error) {
+	p := &platform{log: log}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = p.Close()
+		}
+	}()
+	var err error
+	if p.deps, err = app.Open(ctx, cfg, log); err != nil {
+		return nil, err
+	}
+	if err := p.deps.DB.Migrate(ctx); err != nil {
+		return nil, err
+	}
+	p.natsURL = cfg.NATSURL
+	if p.natsURL == "" {
+		if natsDir == "" {
+			if p.tmpDir, err = os.MkdirTemp("", "flagdown-nats-"); err != nil {
+				return nil, err
+			}
+			natsDir = p.tmpDir
+		}
+		if p.embedded, p.natsURL, err = broker.StartEmbedded(natsDir, -1); err != nil {
+			return nil, err
+		}
+	}
+	if p.broker, err = broker.Connect(ctx, p.natsURL, cfg.NATSStream, cfg.SubjectPrefix); err != nil {
+		return nil, err
+	}
+	if p.ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+		return nil, fmt.Errorf("gateway: listen on %s: %w", cfg.Addr, err)
+	}
+	p.srv = &http.Server{
+		Handler:           gateway(p.deps),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	p.cancel = cancel
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		if err := p.srv.Serve(p.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("gateway stopped", "err", err)
+		}
+	}()
+
+	triggers := make([]broker.Trigger, 0, len(events.Triggers))
+	for _, t := range events.Triggers {
+		triggers = append(triggers, broker.Trigger{Name: t.Function, Types: t.Types, URL: "http://" + p.Addr() + "/function/" + t.Function})
+	}
+	if p.disp, err = broker.NewDispatcher(p.broker, triggers, cfg.TriggerMaxDeliver, nil, log); err != nil {
+		return nil, err
+	}
+	relay := outbox.New(p.deps.DB, p.broker.Publish, outbox.Options{PollInterval: cfg.RelayPollInterval, Log: log})
+	for name, run := range map[string]func(context.Context) error{"triggers": p.disp.Run, "outbox relay": relay.Run} {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			if err := run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
+				log.Error(name+" stopped", "err", err)
+			}
+		}()
+	}
+	ok = true
+	return p, nil
+}
+
+// Addr is the gateway's listen address (host:port).
+func (p *platform) Addr() string { return p.ln.Addr().String() }
+
+// Close stops the gateway (draining requests), the triggers and relay, the broker and the pools.
+func (p *platform) Close() error {
+	if p.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = p.srv.Shutdown(ctx)
+		cancel()
+	}
+	if p.cancel != nil {
+		p.cancel()
+	}
+	p.wg.Wait()
+	if p.disp != nil {
+		s := p.disp.Stats()
+		p.log.Info("triggers", "delivered", s.Delivered, "retried", s.Retried, "dead_lettered", s.DeadLettered)
+	}
+	if p.broker != nil {
+		p.broker.Close()
+	}
+	if p.embedded != nil {
+		p.embedded.Shutdown()
+		p.embedded.WaitForShutdown()
+	}
+	if p.tmpDir != "" {
+		_ = os.RemoveAll(p.tmpDir)
+	}
+	if p.deps != nil {
+		p.deps.Close()
+	}
+	return nil
 }

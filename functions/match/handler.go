@@ -35,7 +35,7 @@ const Source = "/flagdown/match"
 const Consumer = "match"
 
 // Triggers are the event types that start a match.
-var Triggers = []string{events.RideRequested, events.RideOfferDeclined, events.RideReopened}
+var Triggers = events.TypesFor("match")
 
 // Outcomes of one match.
 const (
