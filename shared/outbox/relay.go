@@ -7,9 +7,9 @@ package outbox
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -18,6 +18,9 @@ import (
 	"github.com/flagdown/flagdown/shared/cloudevent"
 	"github.com/flagdown/flagdown/shared/pgstore"
 )
+
+// publishConcurrency bounds the publishes in flight in one round.
+const publishConcurrency = 32
 
 // Channel is the NOTIFY channel the outbox trigger signals; the payload is the schema name.
 const Channel = "flagdown_outbox"
@@ -158,20 +161,34 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("outbox: claim: %w", err)
 		}
-		done := make([]int64, 0, len(batch))
-		for _, x := range batch {
-			e, err := cloudevent.New(x.eventID, x.typ, x.source, x.subj, json.RawMessage(x.data), x.created)
-			if err == nil {
-				err = r.publish(ctx, e)
-			}
-			if err != nil {
-				if errors.Is(err, context.Canceled) {
-					break
+		// Rows of one round have distinct ordering keys (claimSQL), so they publish in parallel.
+		ok := make([]bool, len(batch))
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, publishConcurrency)
+		for i, x := range batch {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				e, err := cloudevent.New(x.eventID, x.typ, x.source, x.subj, json.RawMessage(x.data), x.created)
+				if err == nil {
+					err = r.publish(ctx, e)
 				}
-				r.opts.Log.Error("outbox: publish failed; will retry", "event_id", x.eventID, "type", x.typ, "err", err)
-				continue
+				if err != nil {
+					if ctx.Err() == nil {
+						r.opts.Log.Error("outbox: publish failed; will retry", "event_id", x.eventID, "type", x.typ, "err", err)
+					}
+					return
+				}
+				ok[i] = true
+			}()
+		}
+		wg.Wait()
+		done := make([]int64, 0, len(batch))
+		for i, x := range batch {
+			if ok[i] {
+				done = append(done, x.id)
 			}
-			done = append(done, x.id)
 		}
 		if len(done) == 0 {
 			return nil

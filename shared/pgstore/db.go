@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,6 +30,9 @@ type DB struct {
 	URL string
 }
 
+// DefaultMaxConns is the pool size when DATABASE_URL sets no pool_max_conns.
+const DefaultMaxConns = 32
+
 var schemaRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // Open connects to url with search_path set to schema (empty means public), creating the schema
@@ -45,6 +49,11 @@ func Open(ctx context.Context, url, schema string) (*DB, error) {
 		return nil, fmt.Errorf("pgstore: parse DATABASE_URL: %w", err)
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	if !strings.Contains(url, "pool_max_conns") {
+		// pgx's default (max(4, CPUs)) starves bursts of matches that hold a connection across
+		// their Redis round trips; pool_max_conns in DATABASE_URL overrides this.
+		cfg.MaxConns = DefaultMaxConns
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
