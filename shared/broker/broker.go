@@ -1,0 +1,188 @@
+// Package broker is flagdown's event broker on NATS JetStream, the local stand-in for a Knative
+// Broker with Triggers.
+//
+// Events are CloudEvents published in structured JSON mode on the subject <prefix>.<type> of one
+// stream, with the event id as Nats-Msg-Id so that a re-publish (an outbox relay restarting after a
+// crash) is de-duplicated by JetStream. A Dispatcher delivers the events of chosen types to function
+// URLs in CloudEvents HTTP binary mode, retries failures with backoff, and moves events that cannot be
+// delivered to a dead-letter stream on <prefix>-dlq.<type>.
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flagdown/flagdown/shared/dispatch"
+)
+
+// DuplicateWindow is how long JetStream remembers published event ids to drop re-publishes.
+const DuplicateWindow = 5 * time.Minute
+
+// ContentTypeStructured is the Content-Type header of messages on the broker: structured CloudEvents.
+const ContentTypeStructured = "application/cloudevents+json"
+
+// StartEmbedded starts an in-process nats-server with JetStream listening on 127.0.0.1:port (port 0
+// or -1 picks a free port), storing streams under storeDir. It returns the server, whose Shutdown
+// the caller must call, and its client URL.
+func StartEmbedded(storeDir string, port int) (*server.Server, string, error) {
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	ns, err := server.NewServer(&server.Options{
+		ServerName: "flagdown-embedded",
+		Host:       "127.0.0.1",
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   storeDir,
+		NoLog:      true,
+		NoSigs:     true,
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("broker: embedded nats-server: %w", err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		return nil, "", fmt.Errorf("broker: embedded nats-server not ready after 10s")
+	}
+	return ns, ns.ClientURL(), nil
+}
+
+// Broker publishes flagdown events to a JetStream stream. It is safe for concurrent use.
+type Broker struct {
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	stream    string
+	dlqStream string
+	prefix    string
+}
+
+// Connect connects to the NATS server at url and makes sure two streams exist: stream, on the
+// subjects <subjectPrefix>.> (file storage, DuplicateWindow de-duplication), and the dead-letter
+// stream <stream>_DLQ on <subjectPrefix>-dlq.>. Existing streams are updated to this configuration.
+func Connect(ctx context.Context, url, stream, subjectPrefix string) (*Broker, error) {
+	if stream == "" || strings.ContainsAny(stream, ". *>\t\r\n/\\") {
+		return nil, fmt.Errorf("broker: invalid stream name %q", stream)
+	}
+	if !validSubject(subjectPrefix) {
+		return nil, fmt.Errorf("broker: invalid subject prefix %q", subjectPrefix)
+	}
+	nc, err := nats.Connect(url,
+		nats.Name("flagdown"),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+	)
+	if err != nil {
+		return nil, dispatch.Unavailable("nats", fmt.Errorf("broker: connect %s: %w", url, err))
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("broker: jetstream: %w", err)
+	}
+	b := &Broker{nc: nc, js: js, stream: stream, dlqStream: stream + "_DLQ", prefix: subjectPrefix}
+	streams := []jetstream.StreamConfig{
+		{
+			Name:        b.stream,
+			Description: "flagdown events (CloudEvents, structured JSON)",
+			Subjects:    []string{subjectPrefix + ".>"},
+			Storage:     jetstream.FileStorage,
+			Retention:   jetstream.LimitsPolicy,
+			Duplicates:  DuplicateWindow,
+			MaxAge:      7 * 24 * time.Hour,
+		},
+		{
+			Name:        b.dlqStream,
+			Description: "flagdown events that a trigger could not deliver",
+			Subjects:    []string{subjectPrefix + "-dlq.>"},
+			Storage:     jetstream.FileStorage,
+			Retention:   jetstream.LimitsPolicy,
+			Duplicates:  DuplicateWindow,
+			MaxAge:      30 * 24 * time.Hour,
+		},
+	}
+	for _, cfg := range streams {
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			nc.Close()
+			return nil, dispatch.Unavailable("nats", fmt.Errorf("broker: ensure stream %s: %w", cfg.Name, err))
+		}
+	}
+	return b, nil
+}
+
+// validSubject reports whether s is a literal NATS subject: dot-separated non-empty tokens without
+// wildcards or whitespace.
+func validSubject(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, tok := range strings.Split(s, ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n*>") {
+			return false
+		}
+	}
+	return true
+}
+
+// Subject returns the subject events of type typ are published on: <prefix>.<type>.
+func (b *Broker) Subject(typ string) string { return b.prefix + "." + typ }
+
+// DLQSubject returns the subject dead-lettered events of type typ are published on: <prefix>-dlq.<type>.
+func (b *Broker) DLQSubject(typ string) string { return b.prefix + "-dlq." + typ }
+
+// Stream returns the name of the events stream.
+func (b *Broker) Stream() string { return b.stream }
+
+// DLQStream returns the name of the dead-letter stream (<stream>_DLQ).
+func (b *Broker) DLQStream() string { return b.dlqStream }
+
+// JetStream returns the JetStream context, for tools and tests that read the streams.
+func (b *Broker) JetStream() jetstream.JetStream { return b.js }
+
+// Publish validates e and publishes it in structured JSON mode on Subject(e.Type()) with
+// Nats-Msg-Id = e.ID(), waiting for the stream's acknowledgement. A publish of an id already seen
+// within DuplicateWindow is acknowledged by JetStream without storing the event again.
+// Broker failures are dispatch.CodeUnavailable errors.
+func (b *Broker) Publish(ctx context.Context, e event.Event) error {
+	if err := e.Validate(); err != nil {
+		return fmt.Errorf("broker: publish invalid event %s: %w", e.ID(), err)
+	}
+	subject := b.Subject(e.Type())
+	if !validSubject(subject) {
+		return fmt.Errorf("broker: event type %q cannot be used in a NATS subject", e.Type())
+	}
+	body, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("broker: encode event %s: %w", e.ID(), err)
+	}
+	msg := nats.NewMsg(subject)
+	msg.Header.Set("Content-Type", ContentTypeStructured)
+	msg.Data = body
+	if _, err := b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(e.ID()), jetstream.WithExpectStream(b.stream)); err != nil {
+		return dispatch.Unavailable("nats", fmt.Errorf("broker: publish %s %s: %w", e.Type(), e.ID(), err))
+	}
+	return nil
+}
+
+// multiFilter reports whether the server supports consumers with several filter subjects (2.10+).
+func (b *Broker) multiFilter() bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(b.nc.ConnectedServerVersion(), "%d.%d", &major, &minor); err != nil {
+		return true
+	}
+	return major > 2 || (major == 2 && minor >= 10)
+}
+
+// Close flushes and closes the NATS connection.
+func (b *Broker) Close() {
+	_ = b.nc.FlushTimeout(2 * time.Second)
+	b.nc.Close()
+}
