@@ -61,9 +61,23 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, f.d.Log, err)
 		return
 	}
-	out := Response{Drivers: make([]Driver, len(hits))}
+	// The GEO set is only cleaned by pings and ride changes: a driver whose heartbeat expired stays
+	// a member, so check each hit's heartbeat and state as matching does.
+	ids := make([]string, len(hits))
 	for i, h := range hits {
-		out.Drivers[i] = Driver{DriverID: h.DriverID, DistanceM: math.Round(h.DistanceM*10) / 10, Lat: h.Position.Lat, Lng: h.Position.Lng}
+		ids[i] = h.DriverID
+	}
+	infos, err := f.d.Redis.DriverInfos(r.Context(), ids)
+	if err != nil {
+		httpx.WriteError(w, r, f.d.Log, err)
+		return
+	}
+	out := Response{Drivers: make([]Driver, 0, len(hits))}
+	for i, h := range hits {
+		if info := infos[i]; !info.Alive || info.Status != dispatch.DriverAvailable || info.RideID != "" {
+			continue
+		}
+		out.Drivers = append(out.Drivers, Driver{DriverID: h.DriverID, DistanceM: math.Round(h.DistanceM*10) / 10, Lat: h.Position.Lat, Lng: h.Position.Lng})
 	}
 	httpx.WriteJSON(w, http.StatusOK, out)
 }

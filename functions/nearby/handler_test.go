@@ -1,12 +1,14 @@
 package function_test
 
 import (
+	"context"
 	"math"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/testkit/fntest"
 )
@@ -48,6 +50,29 @@ func TestNearbyAnswersLatLngInOurOrderNearestFirst(t *testing.T) {
 	}
 	if got, want := drivers[1].(map[string]any)["distance_m"].(float64), 200.0; math.Abs(got-want) > 2 {
 		t.Errorf("distance_m of d-200 = %v, want ≈ %v", got, want)
+	}
+}
+
+func TestNearbyLeavesOutDriversWhoseHeartbeatExpired(t *testing.T) {
+	t.Parallel()
+	env := fntest.NewEnv(t, func(c *config.Config) { c.HeartbeatTTL = time.Second })
+	center := dispatch.Point{Lat: 40.7128, Lng: -74.0060}
+	env.Ping(t, "d-gone", center)
+	fntest.Eventually(t, 10*time.Second, "heartbeat to expire", func() bool {
+		n, err := env.D.Redis.Client().Exists(context.Background(), env.Key("hb:d-gone")).Result()
+		return err == nil && n == 0
+	})
+	env.Ping(t, "d-alive", fntest.Offset(center, 100, 0))
+	status, body := fntest.Do(t, env.Nearby, http.MethodGet, "/?lat=40.7128&lng=-74.0060", nil, nil)
+	if status != http.StatusOK {
+		t.Fatalf("status %d: %v", status, body)
+	}
+	var ids []string
+	for _, d := range body["drivers"].([]any) {
+		ids = append(ids, d.(map[string]any)["driver_id"].(string))
+	}
+	if got, want := strings.Join(ids, ","), "d-alive"; got != want {
+		t.Errorf("drivers = %s, want %s", got, want)
 	}
 }
 
