@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/flagdown/flagdown/shared/app"
@@ -54,7 +55,7 @@ type PingRequest struct {
 }
 
 type batchRequest struct {
-	Pings []PingRequest `json:"pings"`
+	Pings []json.RawMessage `json:"pings"`
 }
 
 // Offer is the live offer shown to a driver.
@@ -138,13 +139,33 @@ func (f *Function) parse(raw json.RawMessage) (bool, []PingRequest, error) {
 			return false, nil, &dispatch.Error{Code: dispatch.CodeTooLarge, Field: "pings",
 				Message: fmt.Sprintf("pings: must hold at most %d pings", f.d.Config.MaxBatch)}
 		}
-		return false, b.Pings, nil
+		reqs := make([]PingRequest, len(b.Pings))
+		for i, raw := range b.Pings {
+			if err := strictUnmarshal(raw, &reqs[i]); err != nil {
+				return false, nil, inPing(i, err)
+			}
+		}
+		return false, reqs, nil
 	}
 	var p PingRequest
 	if err := strictUnmarshal(raw, &p); err != nil {
 		return false, nil, err
 	}
 	return true, []PingRequest{p}, nil
+}
+
+// inPing makes a decoding error of batch ping i name its field as pings[i].field.
+func inPing(i int, err error) error {
+	e := dispatch.AsError(err)
+	if e.Code != dispatch.CodeInvalidArgument {
+		return err
+	}
+	rule := strings.TrimPrefix(e.Message, e.Field+": ")
+	field := fmt.Sprintf("pings[%d]", i)
+	if e.Field != "body" && e.Field != "" {
+		field += "." + e.Field
+	}
+	return dispatch.Invalid(field, rule)
 }
 
 func strictUnmarshal(raw json.RawMessage, v any) error {

@@ -69,7 +69,9 @@ func TestLocationUpdateRejectsBadInputAndWritesNothing(t *testing.T) {
 		{"status set by the system", `{"driver_id": "d-1", "lat": 40.75, "lng": -73.98, "status": "busy"}`, 400, "invalid_argument", "status", "offline, available, paused"},
 		{"a bad ping in a batch names its index and nothing of the batch is applied",
 			`{"pings": [` + good + "," + ping("40.75", "181") + `]}`, 400, "invalid_argument", "pings[1].lng", "between -180 and 180"},
-		{"a batch ping with a string number", `{"pings": [` + ping(`"1"`, "-73.98") + `]}`, 400, "invalid_argument", "pings.lat", "must be a JSON number"},
+		{"a batch ping with a string number", `{"pings": [` + good + "," + ping(`"1"`, "-73.98") + `]}`, 400, "invalid_argument", "pings[1].lat", "must be a JSON number"},
+		{"a batch ping with an unknown field", `{"pings": [{"driver_id": "d-1", "lat": 40.75, "lng": -73.98, "alt": 3}]}`, 400, "invalid_argument", "pings[0].alt", "not a known field"},
+		{"a batch ping that is not an object", `{"pings": [` + good + `, 7]}`, 400, "invalid_argument", "pings[1]", "must be a JSON object"},
 		{"a batch with an unknown top-level field", `{"pings": [` + good + `], "extra": true}`, 400, "invalid_argument", "extra", "not a known field"},
 		{"not an object", `[1, 2]`, 400, "invalid_argument", "body", "JSON object"},
 	}
