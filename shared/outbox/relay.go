@@ -1,12 +1,17 @@
-// Package outbox is the outbox relay: it publishes the events that transactions wrote to the
-// outbox table, at least once and in commit order per ordering key (the ride), and marks them
-// published. It wakes on PostgreSQL LISTEN/NOTIFY with a polling fallback and may run as several
-// copies at once.
+// Package outbox is the outbox relay: it publishes the events that state changes wrote to the outbox
+// table (in the same transaction as the change) to the broker, in id order per ordering key (the ride
+// or driver id), and marks them published.
+//
+// Several relays may run over one database: a relay claims the oldest unpublished row of each
+// ordering key with FOR UPDATE SKIP LOCKED, so a key's rows are published by one relay at a time and
+// in order. Publishing is at least once: a relay that dies after publishing but before committing
+// publishes the row again, and the broker drops the duplicate by event id.
 package outbox
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -19,185 +24,312 @@ import (
 	"github.com/flagdown/flagdown/shared/pgstore"
 )
 
-// publishConcurrency bounds the publishes in flight in one round.
-const publishConcurrency = 32
-
-// Channel is the NOTIFY channel the outbox trigger signals; the payload is the schema name.
+// Channel is the PostgreSQL NOTIFY channel the outbox insert trigger signals; the payload is the
+// schema name of the table that received rows.
 const Channel = "flagdown_outbox"
 
-// Options tune a Relay.
+// Defaults of Options.
+const (
+	// DefaultPollInterval is how often a relay looks for rows when no notification arrives.
+	DefaultPollInterval = time.Second
+	// DefaultBatch is the most rows one round publishes.
+	DefaultBatch = 200
+	// publishConcurrency bounds the ordering keys published in parallel in one round.
+	publishConcurrency = 32
+)
+
+// PublishFunc publishes one event, returning once the broker has stored it (broker.Broker.Publish).
+type PublishFunc func(ctx context.Context, e event.Event) error
+
+// Options tune a Relay. Zero values mean the defaults.
 type Options struct {
-	// PollInterval is how often the relay looks for rows without a notification (default 1s).
+	// PollInterval is the polling fallback when no NOTIFY arrives (config RelayPollInterval),
+	// default DefaultPollInterval. It is also the wait after a failed round.
 	PollInterval time.Duration
-	// Batch is the most rows claimed per round (default 200).
+	// Batch is the most rows one round (one transaction) publishes, default DefaultBatch.
 	Batch int
-	// Log receives publish failures and reconnects (default slog.Default()).
+	// Log receives a line per failure and reconnect; nil means slog.Default().
 	Log *slog.Logger
 }
 
-// Relay publishes outbox rows.
+// Relay publishes outbox rows. Create it with New; it is safe to run several relays, in one process
+// or many, over the same schema.
 type Relay struct {
 	db      *pgstore.DB
-	publish func(context.Context, event.Event) error
-	opts    Options
+	publish PublishFunc
+	poll    time.Duration
+	batch   int
+	log     *slog.Logger
+	wake    chan struct{}
 }
 
-// New returns a relay over db that hands every event to publish.
+// New returns a relay publishing db's outbox rows with publish.
 func New(db *pgstore.DB, publish func(context.Context, event.Event) error, opts Options) *Relay {
-	if opts.PollInterval <= 0 {
-		opts.PollInterval = time.Second
+	r := &Relay{db: db, publish: publish, poll: opts.PollInterval, batch: opts.Batch, log: opts.Log,
+		wake: make(chan struct{}, 1)}
+	if r.poll <= 0 {
+		r.poll = DefaultPollInterval
 	}
-	if opts.Batch <= 0 {
-		opts.Batch = 200
+	if r.batch <= 0 {
+		r.batch = DefaultBatch
 	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
+	if r.log == nil {
+		r.log = slog.Default()
 	}
-	return &Relay{db: db, publish: publish, opts: opts}
+	return r
 }
 
-// Run publishes until ctx is done, returning ctx's error.
-func (r *Relay) Run(ctx context.Context) error {
-	wake := make(chan struct{}, 1)
-	go r.listen(ctx, wake)
-	t := time.NewTicker(r.opts.PollInterval)
-	defer t.Stop()
-	for {
-		for {
-			n, err := r.RunOnce(ctx)
-			if err != nil && ctx.Err() == nil {
-				r.opts.Log.Error("outbox relay round failed", "err", err)
-				break
-			}
-			if n == 0 || ctx.Err() != nil {
-				break
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-wake:
-		case <-t.C:
-		}
-	}
-}
-
-// listen holds a LISTEN connection and signals wake for notifications of this schema, reconnecting
-// with a pause after failures. The polling fallback covers the time it is away.
-func (r *Relay) listen(ctx context.Context, wake chan<- struct{}) {
-	for ctx.Err() == nil {
-		err := r.listenOnce(ctx, wake)
-		if ctx.Err() != nil {
-			return
-		}
-		r.opts.Log.Warn("outbox relay: LISTEN connection lost, polling until it is back", "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-func (r *Relay) listenOnce(ctx context.Context, wake chan<- struct{}) error {
-	conn, err := pgx.Connect(ctx, r.db.URL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
-		return err
-	}
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		if n.Payload == r.db.Schema {
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-		}
-	}
-}
-
-// claimSQL takes unpublished rows that are the oldest unpublished row of their ordering key. Rows
-// another relay holds are skipped, and so (through NOT EXISTS) are the rows behind them: per key,
-// only one row is ever in flight, which keeps commit order per ride across relay copies.
-const claimSQL = `SELECT o.id, o.event_id, o.type, o.source, o.subject, o.data, o.created_at
+// claimHeads locks the oldest unpublished row of up to $1 ordering keys whose oldest row no other
+// relay holds. A row whose key has an earlier unpublished row is never a head, so while a relay
+// holds a key's head no other relay can claim any row of that key.
+const claimHeads = `
+SELECT o.id, o.ordering_key
 FROM outbox o
 WHERE o.published_at IS NULL
-  AND NOT EXISTS (SELECT 1 FROM outbox p WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id)
+  AND NOT EXISTS (
+    SELECT 1 FROM outbox p
+    WHERE p.ordering_key = o.ordering_key AND p.published_at IS NULL AND p.id < o.id)
 ORDER BY o.id
 LIMIT $1
 FOR UPDATE SKIP LOCKED`
 
-// RunOnce claims and publishes one batch and returns how many rows it published. A row whose
-// publish fails stays unpublished for a later round.
+// claimRows locks the claimed heads and the unpublished rows after them of the same keys (no other
+// relay can hold those while the heads are held), in id order.
+const claimRows = `
+SELECT o.id, o.event_id::text, o.type, o.source, o.subject, o.ordering_key, o.data, o.created_at
+FROM outbox o
+JOIN unnest($1::text[], $2::bigint[]) AS h(ordering_key, head_id)
+  ON o.ordering_key = h.ordering_key AND o.id >= h.head_id
+WHERE o.published_at IS NULL
+ORDER BY o.id
+LIMIT $3
+FOR UPDATE OF o`
+
+type row struct {
+	id        int64
+	eventID   string
+	typ       string
+	source    string
+	subject   string
+	key       string
+	data      []byte
+	createdAt time.Time
+}
+
+// RunOnce runs one round in one transaction: it claims unpublished rows (the heads of their ordering
+// keys and the rows after them, at most Batch), publishes each key's rows in id order (different
+// keys in parallel), marks the published ones published_at = now() and commits. A row that cannot
+// be published stays unpublished, and so do the later rows of its key, until a later round. It returns the number of rows published and, if
+// some row failed, an error describing the first failure.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
-	published := 0
-	err := r.db.Tx(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, claimSQL, r.opts.Batch)
-		if err != nil {
-			return fmt.Errorf("outbox: claim: %w", err)
+	tx, err := r.db.Pool.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+
+	var keys []string
+	var heads []int64
+	hrows, err := tx.Query(ctx, claimHeads, r.batch)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: claim heads: %w", err)
+	}
+	for hrows.Next() {
+		var id int64
+		var key string
+		if err := hrows.Scan(&id, &key); err != nil {
+			hrows.Close()
+			return 0, fmt.Errorf("outbox: scan head: %w", err)
 		}
-		type row struct {
-			id                         int64
-			eventID, typ, source, subj string
-			data                       []byte
-			created                    time.Time
+		heads = append(heads, id)
+		keys = append(keys, key)
+	}
+	if err := hrows.Err(); err != nil {
+		return 0, fmt.Errorf("outbox: claim heads: %w", err)
+	}
+	if len(heads) == 0 {
+		return 0, tx.Commit(ctx)
+	}
+
+	rows, err := tx.Query(ctx, claimRows, keys, heads, r.batch)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: claim rows: %w", err)
+	}
+	claimed, err := pgx.CollectRows(rows, func(cr pgx.CollectableRow) (row, error) {
+		var x row
+		err := cr.Scan(&x.id, &x.eventID, &x.typ, &x.source, &x.subject, &x.key, &x.data, &x.createdAt)
+		return x, err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("outbox: claim rows: %w", err)
+	}
+
+	published, firstErr := r.publishRows(ctx, claimed)
+	if len(published) > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE outbox SET published_at = now() WHERE id = ANY($1)`, published); err != nil {
+			return 0, fmt.Errorf("outbox: mark published: %w", err)
 		}
-		var batch []row
-		for rows.Next() {
-			var x row
-			if err := rows.Scan(&x.id, &x.eventID, &x.typ, &x.source, &x.subj, &x.data, &x.created); err != nil {
-				rows.Close()
-				return fmt.Errorf("outbox: scan: %w", err)
-			}
-			batch = append(batch, x)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("outbox: commit: %w", err)
+	}
+	return len(published), firstErr
+}
+
+// publishRows publishes rows (in id order) with the keys in parallel and each key's rows in order,
+// stopping a key at its first failure. It returns the ids published and the first failure.
+func (r *Relay) publishRows(ctx context.Context, rows []row) ([]int64, error) {
+	var order []string
+	byKey := map[string][]row{}
+	for _, x := range rows {
+		if _, ok := byKey[x.key]; !ok {
+			order = append(order, x.key)
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("outbox: claim: %w", err)
-		}
-		// Rows of one round have distinct ordering keys (claimSQL), so they publish in parallel.
-		ok := make([]bool, len(batch))
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, publishConcurrency)
-		for i, x := range batch {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				e, err := cloudevent.New(x.eventID, x.typ, x.source, x.subj, json.RawMessage(x.data), x.created)
-				if err == nil {
-					err = r.publish(ctx, e)
-				}
-				if err != nil {
+		byKey[x.key] = append(byKey[x.key], x)
+	}
+	var (
+		mu        sync.Mutex
+		published []int64
+		firstErr  error
+		errID     int64
+		wg        sync.WaitGroup
+	)
+	sem := make(chan struct{}, publishConcurrency)
+	for _, key := range order {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(key string, rows []row) {
+			defer func() { <-sem; wg.Done() }()
+			for _, x := range rows {
+				if err := r.publishRow(ctx, x); err != nil {
 					if ctx.Err() == nil {
-						r.opts.Log.Error("outbox: publish failed; will retry", "event_id", x.eventID, "type", x.typ, "err", err)
+						r.log.Warn("outbox publish failed; will retry", "outbox_id", x.id, "event_id", x.eventID,
+							"type", x.typ, "ordering_key", key, "err", err)
 					}
-					return
+					mu.Lock()
+					if firstErr == nil || x.id < errID {
+						firstErr, errID = fmt.Errorf("outbox: publish row %d (%s %s): %w", x.id, x.typ, x.eventID, err), x.id
+					}
+					mu.Unlock()
+					return // keep the key's order: nothing after a failed row goes out this round
 				}
-				ok[i] = true
-			}()
-		}
-		wg.Wait()
-		done := make([]int64, 0, len(batch))
-		for i, x := range batch {
-			if ok[i] {
-				done = append(done, x.id)
+				mu.Lock()
+				published = append(published, x.id)
+				mu.Unlock()
 			}
-		}
-		if len(done) == 0 {
+		}(key, byKey[key])
+	}
+	wg.Wait()
+	return published, firstErr
+}
+
+// publishRow builds the CloudEvent of x and publishes it.
+func (r *Relay) publishRow(ctx context.Context, x row) error {
+	e, err := cloudevent.New(x.eventID, x.typ, x.source, x.subject, json.RawMessage(x.data), x.createdAt)
+	if err != nil {
+		return err
+	}
+	return r.publish(ctx, e)
+}
+
+// Run publishes rows until ctx is done, then returns nil. It runs a round whenever a NOTIFY for this
+// schema arrives on Channel (over a dedicated connection, reopened if lost) or PollInterval passes
+// without one, and runs the next round at once while rounds find rows.
+func (r *Relay) Run(ctx context.Context) error {
+	listenDone := make(chan struct{})
+	go func() {
+		defer close(listenDone)
+		r.listen(ctx)
+	}()
+	defer func() { <-listenDone }()
+
+	timer := time.NewTimer(r.poll)
+	defer timer.Stop()
+	for {
+		n, err := r.RunOnce(ctx)
+		if ctx.Err() != nil {
 			return nil
 		}
-		if _, err := tx.Exec(ctx, `UPDATE outbox SET published_at = now() WHERE id = ANY($1)`, done); err != nil {
-			return fmt.Errorf("outbox: mark published: %w", err)
+		if err != nil {
+			r.log.Warn("outbox round failed", "published", n, "err", err)
+		} else if n > 0 {
+			continue
 		}
-		published = len(done)
-		return nil
-	})
-	return published, err
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(r.poll)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// signal wakes Run without blocking.
+func (r *Relay) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// listen keeps a LISTEN connection open until ctx is done, reconnecting with backoff.
+func (r *Relay) listen(ctx context.Context) {
+	const maxBackoff = 5 * time.Second
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		connected, err := r.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if connected {
+			backoff = 100 * time.Millisecond
+		}
+		r.log.Warn("outbox listen connection lost; polling until it is back", "err", err, "retry_in_ms", backoff.Milliseconds())
+		r.signal()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// listenOnce opens a connection, LISTENs and signals on each notification for this schema until
+// the connection fails. connected says whether LISTEN succeeded.
+func (r *Relay) listenOnce(ctx context.Context) (connected bool, err error) {
+	cfg, err := pgx.ParseConfig(r.db.URL)
+	if err != nil {
+		return false, fmt.Errorf("outbox: parse database URL: %w", err)
+	}
+	cfg.RuntimeParams["search_path"] = r.db.Schema
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return false, fmt.Errorf("outbox: listen connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx)) //nolint:errcheck // closing a dead connection
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
+		return false, fmt.Errorf("outbox: LISTEN %s: %w", Channel, err)
+	}
+	// Rows may have been inserted while no connection was listening.
+	r.signal()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return true, err
+			}
+			return true, fmt.Errorf("outbox: wait for notification: %w", err)
+		}
+		if n.Payload == r.db.Schema {
+			r.signal()
+		}
+	}
 }
