@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# demo.sh — what `make demo` runs: build bin/flagdown, bring up Redis + PostgreSQL (scripts/services.sh up),
+# apply the migrations, start `flagdown dev` in the background (log: .local/dev.log), wait for
+# GET /readyz = 200, replay NYC taxi trips against it with `flagdown replay --url http://ADDR $REPLAY_ARGS`,
+# then stop the platform (SIGTERM) and the services this run started — also on failure or Ctrl-C.
+#
+# Environment: GO (default go), FLAGDOWN_ADDR (listen address; default 127.0.0.1:8080, or the next free
+# port if 8080 is taken), REPLAY_ARGS (default: --minutes 20), FLAGDOWN_READY_TIMEOUT (seconds, default 90),
+# SERVICES_ARGS (extra arguments for services.sh up, e.g. --private), FLAGDOWN_BIN (skip the build and
+# use this binary).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+GO="${GO:-go}"
+REPLAY_ARGS="${REPLAY_ARGS---minutes 20}"
+READY_TIMEOUT="${FLAGDOWN_READY_TIMEOUT:-90}"
+OWNER="make-demo-$$"
+BIN="${FLAGDOWN_BIN:-bin/flagdown}"
+DEV_LOG=.local/dev.log
+DEV_PID=""
+SERVICES_UP=0
+
+log() { printf 'demo: %s\n' "$*" >&2; }
+step() { printf '\ndemo: ==> %s\n' "$*" >&2; }
+
+stop_dev() {
+	[ -n "$DEV_PID" ] || return 0
+	if kill -0 "$DEV_PID" 2>/dev/null; then
+		log "stopping flagdown dev (pid $DEV_PID, SIGTERM)"
+		kill -TERM "$DEV_PID" 2>/dev/null || true
+		local i
+		for ((i = 0; i < 300; i++)); do
+			kill -0 "$DEV_PID" 2>/dev/null || break
+			sleep 0.1
+		done
+		if kill -0 "$DEV_PID" 2>/dev/null; then
+			log "flagdown dev did not stop within 30s; SIGKILL"
+			kill -KILL "$DEV_PID" 2>/dev/null || true
+		fi
+	fi
+	wait "$DEV_PID" 2>/dev/null || true
+	DEV_PID=""
+}
+
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	stop_dev
+	if [ "$SERVICES_UP" = 1 ]; then
+		scripts/services.sh down --owner "$OWNER" || log "warning: stopping services failed"
+	fi
+	if [ "$rc" -eq 0 ]; then log "done"; else log "FAILED (exit $rc); platform log: $DEV_LOG"; fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# port_busy PORT: something accepts connections on 127.0.0.1:PORT.
+port_busy() { timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" >/dev/null 2>&1; }
+
+# http_status URL: the HTTP status code (000 if no answer).
+http_status() {
+	local url=$1
+	if command -v curl >/dev/null 2>&1; then
+		curl -s -o /dev/null -m 3 -w '%{http_code}' "$url" || true
+		return
+	fi
+	local hostport="${url#http://}" path
+	path="/${hostport#*/}"
+	hostport="${hostport%%/*}"
+	timeout 3 bash -c 'exec 3<>"/dev/tcp/$1/$2" || exit 1
+		printf "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n" "$3" "$1" >&3
+		IFS=" " read -r _ code _ <&3; printf "%s" "$code"' _ "${hostport%:*}" "${hostport##*:}" "$path" 2>/dev/null || printf '000'
+}
+
+if [ -z "${FLAGDOWN_BIN:-}" ]; then
+	step "$GO build -o bin/flagdown ./cmd/flagdown"
+	"$GO" build -o bin/flagdown ./cmd/flagdown
+fi
+
+step "scripts/services.sh up ${SERVICES_ARGS:-}"
+SERVICES_UP=1
+# shellcheck disable=SC2086
+scripts/services.sh up --owner "$OWNER" ${SERVICES_ARGS:-}
+# shellcheck disable=SC1091
+. .local/services.env
+
+if [ -n "${FLAGDOWN_ADDR:-}" ]; then
+	ADDR="$FLAGDOWN_ADDR"
+else
+	port=8080
+	while port_busy "$port"; do
+		((port < 8180)) || { log "no free port in 8080..8180; set FLAGDOWN_ADDR"; exit 1; }
+		port=$((port + 1))
+	done
+	[ "$port" = 8080 ] || log "port 8080 is taken; using $port"
+	ADDR="127.0.0.1:$port"
+fi
+case "$ADDR" in :*) URL_HOST="127.0.0.1$ADDR" ;; 0.0.0.0:*) URL_HOST="127.0.0.1:${ADDR##*:}" ;; *) URL_HOST="$ADDR" ;; esac
+BASE_URL="http://$URL_HOST"
+
+step "$BIN migrate"
+"$BIN" migrate
+
+step "$BIN dev --addr $ADDR  (log: $DEV_LOG)"
+mkdir -p .local
+"$BIN" dev --addr "$ADDR" >"$DEV_LOG" 2>&1 </dev/null &
+DEV_PID=$!
+
+log "waiting up to ${READY_TIMEOUT}s for $BASE_URL/readyz"
+deadline=$((SECONDS + READY_TIMEOUT))
+while :; do
+	code="$(http_status "$BASE_URL/readyz")"
+	[ "$code" != 200 ] || break
+	if ! kill -0 "$DEV_PID" 2>/dev/null; then
+		wait "$DEV_PID" && st=0 || st=$?
+		DEV_PID=""
+		log "flagdown dev exited (status $st) before it was ready; last lines of $DEV_LOG:"
+		tail -n 40 "$DEV_LOG" >&2 || true
+		exit 1
+	fi
+	if ((SECONDS >= deadline)); then
+		log "not ready after ${READY_TIMEOUT}s (last /readyz status: $code); last lines of $DEV_LOG:"
+		tail -n 40 "$DEV_LOG" >&2 || true
+		exit 1
+	fi
+	sleep 0.5
+done
+log "platform ready at $BASE_URL"
+
+step "$BIN replay --url $BASE_URL $REPLAY_ARGS"
+# shellcheck disable=SC2086
+"$BIN" replay --url "$BASE_URL" $REPLAY_ARGS
