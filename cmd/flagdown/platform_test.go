@@ -4,8 +4,10 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,4 +115,46 @@ func TestReplayEndToEnd(t *testing.T) {
 	}
 	t.Logf("requested %d, matched %d (%.0f%%), offer latency p50 %.1f ms p99 %.1f ms",
 		sum.RidesRequested, sum.RidesMatched, 100*sum.MatchRate, sum.OfferLatencyP50Ms, sum.OfferLatencyP99Ms)
+}
+
+// TestReplaySinglePingsEndToEnd drives the real platform with one ping per request (no batching).
+func TestReplaySinglePingsEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end replay")
+	}
+	p := startTestPlatform(t)
+	opts := replay.DefaultOptions()
+	opts.URL = "http://" + p.Addr()
+	opts.TripsPath = filepath.Join("..", "..", "testdata", "trips.csv")
+	opts.Drivers, opts.Minutes, opts.Speedup, opts.BatchSize = 100, 1, 20, 1
+	opts.Drain = time.Minute
+	opts.SummaryPath, opts.Progress = "", false
+	sum, err := replay.Run(context.Background(), opts, io.Discard)
+	if err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	if sum.PingsTotal == 0 || sum.PingRequests != sum.PingsTotal {
+		t.Errorf("pings %d in %d requests; want one request per ping", sum.PingsTotal, sum.PingRequests)
+	}
+	if sum.RidesMatched == 0 {
+		t.Errorf("no ride matched with single pings")
+	}
+}
+
+// TestReplayPreflight: without a platform the replay stops at once and says how to start one.
+func TestReplayPreflight(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	opts := replay.DefaultOptions()
+	opts.URL = "http://" + addr
+	opts.TripsPath = filepath.Join("..", "..", "testdata", "trips.csv")
+	opts.SummaryPath, opts.Progress = "", false
+	_, err = replay.Run(context.Background(), opts, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "flagdown dev") {
+		t.Fatalf("got %v, want an error telling to start flagdown dev", err)
+	}
 }
