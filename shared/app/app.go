@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flagdown/flagdown/shared/config"
@@ -100,8 +101,8 @@ func Process(ctx context.Context) (*Deps, error) {
 // the shape the OpenFaaS golang-middleware template needs (a package-level Handle(w, r)).
 type Lazy struct {
 	build func(*Deps) http.Handler
-	once  sync.Mutex
-	h     http.Handler
+	mu    sync.Mutex
+	h     atomic.Pointer[http.Handler]
 }
 
 // NewLazy returns a Lazy that calls build once the process Deps exist.
@@ -109,18 +110,21 @@ func NewLazy(build func(*Deps) http.Handler) *Lazy { return &Lazy{build: build} 
 
 // ServeHTTP serves with the built handler, or answers 503 unavailable while Deps cannot be built.
 func (l *Lazy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	l.once.Lock()
-	h := l.h
-	if h == nil {
+	if h := l.h.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	l.mu.Lock()
+	if l.h.Load() == nil {
 		d, err := Process(r.Context())
 		if err != nil {
-			l.once.Unlock()
+			l.mu.Unlock()
 			httpx.WriteError(w, r, nil, dispatch.Unavailable("dependencies", fmt.Errorf("start-up: %w", err)))
 			return
 		}
-		h = l.build(d)
-		l.h = h
+		h := l.build(d)
+		l.h.Store(&h)
 	}
-	l.once.Unlock()
-	h.ServeHTTP(w, r)
+	l.mu.Unlock()
+	(*l.h.Load()).ServeHTTP(w, r)
 }
