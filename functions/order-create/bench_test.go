@@ -1,0 +1,99 @@
+package function_test
+
+// Benchmark of order-create through its HTTP handler against the real PostgreSQL (testkit: own
+// schema). Run with:
+//
+//	go test -run '^$' -bench OrderCreate -benchtime=2s ./functions/order-create/
+
+import (
+	"bytes"
+	"encoding/csv"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	ordercreate "github.com/flagdown/flagdown/functions/order-create"
+	"github.com/flagdown/flagdown/shared/testkit"
+)
+
+// benchOrderBodies returns one JSON coordinate pair per row of testdata/trips.csv
+// (`"pickup": {...}, "dropoff": {...}`), found by walking up to go.mod.
+func benchOrderBodies(b *testing.B) []string {
+	b.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			b.Fatal("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+	f, err := os.Open(filepath.Join(dir, "testdata", "trips.csv"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var out []string
+	for _, r := range rows[1:] {
+		if len(r) >= 5 {
+			out = append(out, fmt.Sprintf(`"pickup": {"lat": %s, "lng": %s}, "dropoff": {"lat": %s, "lng": %s}`, r[1], r[2], r[3], r[4]))
+		}
+	}
+	return out
+}
+
+// BenchmarkOrderCreate measures POST /function/order-create (validation, fare estimate, ride and
+// outbox row in one transaction) with a unique rider per request and real NYC trips; every answer
+// must be 202. The parallel variant runs 16 concurrent requests on 2 cores.
+func BenchmarkOrderCreate(b *testing.B) {
+	h := ordercreate.New(testkit.Deps(b, nil))
+	trips := benchOrderBodies(b)
+	var seq atomic.Int64
+	run := testkit.ID()
+	post := func(b *testing.B) bool {
+		n := seq.Add(1)
+		body := fmt.Sprintf(`{"rider_id": "rider-%s-%d", %s}`, run, n, trips[int(n)%len(trips)])
+		req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader([]byte(body)))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusAccepted {
+			b.Errorf("status %d: %s", rec.Code, rec.Body.String())
+			return false
+		}
+		return true
+	}
+	b.Run("sequential", func(b *testing.B) {
+		for range b.N {
+			if !post(b) {
+				return
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rides/s")
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.SetParallelism(8)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if !post(b) {
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rides/s")
+	})
+}
