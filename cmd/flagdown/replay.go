@@ -51,6 +51,7 @@ wall time. At the end a summary table is printed and written as JSON to --summar
 	f.DurationVar(&o.Drain, "drain", o.Drain, "extra simulated time after the last order to let rides finish matching")
 	f.IntVar(&o.BatchSize, "batch", o.BatchSize, fmt.Sprintf("pings per location-update call, 1..%d (1 = one ping per call)", replay.MaxBatchSize))
 	f.BoolVar(&o.CheckURL, "check-url", o.CheckURL, "fail fast unless GET <url>/readyz answers 200")
+	f.BoolVar(&o.SpreadMinute, "spread-minute", o.SpreadMinute, "spread pickups recorded to the whole minute uniformly over that minute (seeded)")
 	f.StringVar(&o.RunID, "run-id", "", "id embedded in driver and rider ids (default: derived from the clock, unique per run)")
 	return cmd
 }

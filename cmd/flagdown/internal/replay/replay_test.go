@@ -302,3 +302,34 @@ func TestDrawDriverStartsDeterministic(t *testing.T) {
 		t.Error("empty trips")
 	}
 }
+
+func TestSpreadMinuteStaysInItsMinute(t *testing.T) {
+	tf := loadReal(t)
+	w := SelectWindow(tf.Trips, 10*time.Minute)
+	got := SpreadMinute(w, 7)
+	if len(got) != len(w) {
+		t.Fatalf("got %d trips, want %d", len(got), len(w))
+	}
+	moved := 0
+	for i, tr := range got {
+		if i > 0 && tr.PickupTime.Before(got[i-1].PickupTime) {
+			t.Fatalf("trip %d out of order", i)
+		}
+		minute := tr.PickupTime.Truncate(time.Minute)
+		if tr.PickupTime.Sub(minute) >= time.Minute {
+			t.Fatalf("trip %d left its minute", i)
+		}
+		if tr.PickupTime.Second() != 0 {
+			moved++
+		}
+	}
+	if moved < len(got)/2 {
+		t.Errorf("only %d of %d trips spread", moved, len(got))
+	}
+	again := SpreadMinute(w, 7)
+	for i := range got {
+		if !got[i].PickupTime.Equal(again[i].PickupTime) {
+			t.Fatalf("not deterministic at %d", i)
+		}
+	}
+}

@@ -85,6 +85,9 @@ type Options struct {
 	Progress bool
 	// RunID is embedded in driver and rider ids so runs do not collide; empty picks one from the clock.
 	RunID string
+	// SpreadMinute spreads trips whose pickup time is a whole minute (the 2013 data's resolution)
+	// uniformly over that minute, so demand arrives as it did and not in one burst per minute.
+	SpreadMinute bool
 	// HTTPClient overrides the HTTP client (tests); nil builds one with connection reuse tuned to Concurrency.
 	HTTPClient *http.Client
 }
@@ -106,6 +109,7 @@ func DefaultOptions() Options {
 		Drain:          2 * time.Minute,
 		BatchSize:      200,
 		CheckURL:       true,
+		SpreadMinute:   true,
 		Progress:       true,
 	}
 }
@@ -362,6 +366,9 @@ func Run(ctx context.Context, opts Options, out io.Writer) (*Summary, error) {
 	trips := SelectWindow(all, time.Duration(opts.Minutes*float64(time.Minute)))
 	if len(trips) == 0 {
 		return nil, fmt.Errorf("no trips in the window (%d rows read)", len(all))
+	}
+	if opts.SpreadMinute {
+		trips = SpreadMinute(trips, opts.Seed)
 	}
 	if step, allowed := gpsJumpCheck(opts); step > allowed {
 		fmt.Fprintf(out, "warning: a moving driver covers %.0f m between pings (%.2f s wall apart) but the platform's default gps_jump rule "+
@@ -795,4 +802,20 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// SpreadMinute returns a copy of trips in which every pickup time with zero seconds is moved by a
+// seeded uniform offset in [0, 60 s): the source records pickups to the minute, and replaying all
+// of a minute's requests in the same instant would measure the data's rounding, not the platform.
+// The result stays inside each trip's own minute and is sorted by the new pickup time.
+func SpreadMinute(trips []Trip, seed uint64) []Trip {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	out := append([]Trip(nil), trips...)
+	for i := range out {
+		if t := out[i].PickupTime; t.Second() == 0 && t.Nanosecond() == 0 {
+			out[i].PickupTime = t.Add(time.Duration(rng.Float64() * float64(time.Minute)))
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].PickupTime.Before(out[j].PickupTime) })
+	return out
 }
