@@ -106,15 +106,9 @@ func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
 			outcome = OutcomeNotNeeded
 			return nil
 		}
-		if _, err := pgstore.ExpireStaleOffers(ctx, tx, ride.ID); err != nil {
-			return err
-		}
-		if pending, err := pgstore.PendingOffer(ctx, tx, ride.ID); err != nil || pending != nil {
+		excluded, pending, err := pgstore.PrepareMatch(ctx, tx, ride.ID)
+		if err != nil || pending {
 			outcome = OutcomeNotNeeded
-			return err
-		}
-		excluded, err := pgstore.OfferedDrivers(ctx, tx, ride.ID)
-		if err != nil {
 			return err
 		}
 		offer, value, note, err := f.offer(ctx, ride, excluded)

@@ -31,29 +31,6 @@ func InsertOffer(ctx context.Context, tx pgx.Tx, o *dispatch.Offer) error {
 	return pgErr(err)
 }
 
-// ExpireStaleOffers marks the ride's PENDING offers whose window has closed as EXPIRED and returns them.
-func ExpireStaleOffers(ctx context.Context, tx pgx.Tx, rideID string) ([]dispatch.Offer, error) {
-	rows, err := tx.Query(ctx, `UPDATE offers SET status = 'EXPIRED', responded_at = now()
-		WHERE ride_id = $1 AND status = 'PENDING' AND expires_at <= now() RETURNING `+offerCols, rideID)
-	if err != nil {
-		return nil, pgErr(err)
-	}
-	return collectOffers(rows)
-}
-
-func collectOffers(rows pgx.Rows) ([]dispatch.Offer, error) {
-	defer rows.Close()
-	var out []dispatch.Offer
-	for rows.Next() {
-		o, err := scanOffer(rows)
-		if err != nil {
-			return nil, pgErr(err)
-		}
-		out = append(out, *o)
-	}
-	return out, pgErr(rows.Err())
-}
-
 // PendingOffer returns the ride's PENDING offer, or nil.
 func PendingOffer(ctx context.Context, q Querier, rideID string) (*dispatch.Offer, error) {
 	o, err := scanOffer(q.QueryRow(ctx, `SELECT `+offerCols+` FROM offers WHERE ride_id = $1 AND status = 'PENDING'`, rideID))
@@ -71,25 +48,6 @@ func LatestOffer(ctx context.Context, q Querier, rideID, driverID string) (*disp
 		return nil, nil
 	}
 	return o, pgErr(err)
-}
-
-// OfferedDrivers returns every driver ever offered rideID (declined, expired, accepted or pending):
-// matching never offers the same ride to the same driver twice.
-func OfferedDrivers(ctx context.Context, q Querier, rideID string) (map[string]bool, error) {
-	rows, err := q.Query(ctx, `SELECT DISTINCT driver_id FROM offers WHERE ride_id = $1`, rideID)
-	if err != nil {
-		return nil, pgErr(err)
-	}
-	defer rows.Close()
-	out := map[string]bool{}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, pgErr(err)
-		}
-		out[id] = true
-	}
-	return out, pgErr(rows.Err())
 }
 
 // AcceptOffer marks offerID ACCEPTED if it is still PENDING for (rideID, driverID) and inside its
@@ -125,4 +83,30 @@ func SetOfferStatus(ctx context.Context, tx pgx.Tx, id string, to dispatch.Offer
 		return false, pgErr(err)
 	}
 	return tag.RowsAffected() == 1, nil
+}
+
+// PrepareMatch is the offer bookkeeping of one match in a single round trip: it marks the ride's
+// PENDING offers whose window closed as EXPIRED, and returns every driver ever offered the ride
+// (to exclude) and whether a live PENDING offer remains (then there is nothing to match).
+func PrepareMatch(ctx context.Context, tx pgx.Tx, rideID string) (offered map[string]bool, livePending bool, err error) {
+	rows, err := tx.Query(ctx, `WITH expired AS (
+			UPDATE offers SET status = 'EXPIRED', responded_at = now()
+			WHERE ride_id = $1 AND status = 'PENDING' AND expires_at <= now() RETURNING id)
+		SELECT driver_id, status = 'PENDING' AND id NOT IN (SELECT id FROM expired)
+		FROM offers WHERE ride_id = $1`, rideID)
+	if err != nil {
+		return nil, false, pgErr(err)
+	}
+	defer rows.Close()
+	offered = map[string]bool{}
+	for rows.Next() {
+		var id string
+		var live bool
+		if err := rows.Scan(&id, &live); err != nil {
+			return nil, false, pgErr(err)
+		}
+		offered[id] = true
+		livePending = livePending || live
+	}
+	return offered, livePending, pgErr(rows.Err())
 }
