@@ -3,7 +3,10 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/caarlos0/env/v11"
@@ -95,12 +98,32 @@ func FromEnv(environ map[string]string) (*Config, error) {
 func parse(opts env.Options) (*Config, error) {
 	var c Config
 	if err := env.ParseWithOptions(&c, opts); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, describe(err)
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// describe names the environment variable of each field that failed to parse.
+func describe(err error) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return fmt.Errorf("config: %w", err)
+	}
+	msgs := make([]string, 0, len(agg.Errors))
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) {
+			if f, ok := reflect.TypeOf(Config{}).FieldByName(pe.Name); ok {
+				msgs = append(msgs, fmt.Sprintf("%s: %v", f.Tag.Get("env"), pe.Err))
+				continue
+			}
+		}
+		msgs = append(msgs, e.Error())
+	}
+	return fmt.Errorf("config: %s", strings.Join(msgs, "; "))
 }
 
 // Validate checks the rules between values that the parser cannot.
