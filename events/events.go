@@ -32,18 +32,41 @@ const (
 	// RideReopened: the driver cancelled an ACCEPTED ride; it is REQUESTED again and must be
 	// matched without him (ride/cancel). Triggers match.
 	RideReopened = "io.flagdown.ride.reopened.v1"
+	// RideOfferExpired: the offered driver let the offer window pass (expiry-notification, reconcile).
+	// Triggers match without him.
+	RideOfferExpired = "io.flagdown.ride.offer.expired.v1"
+	// RideRetry: a REQUESTED ride's retry timer fired, or reconcile found it idle (expiry-notification,
+	// reconcile). Triggers match with a wider radius.
+	RideRetry = "io.flagdown.ride.retry.v1"
+	// RideUnmatched: nobody could be offered the ride within the retry budget; it is UNMATCHED (match).
+	RideUnmatched = "io.flagdown.ride.unmatched.v1"
+	// RideDriverOffline: the driver of an IN_PROGRESS ride stopped sending heartbeats (an alert; the
+	// ride goes on) (expiry-notification, reconcile).
+	RideDriverOffline = "io.flagdown.ride.driver.offline.v1"
+	// DriverStatusChanged: flagdown changed a driver's status on its own, e.g. offline after his
+	// heartbeat expired (expiry-notification, reconcile). subject is the driver id.
+	DriverStatusChanged = "io.flagdown.driver.status.changed.v1"
+	// RedisKeyExpired: a flagdown timed key expired in Redis (expiry source). subject is the key.
+	// Triggers expiry-notification.
+	RedisKeyExpired = "io.flagdown.redis.key.expired.v1"
 )
 
 // Types is every event type flagdown produces or consumes, mapped to a one-line description.
 var Types = map[string]string{
-	RideRequested:     "a rider requested a ride",
-	RideOffered:       "a driver was offered a ride",
-	RideOfferDeclined: "the offered driver declined the ride",
-	RideAccepted:      "the offered driver accepted the ride",
-	RideStarted:       "the ride started at the pickup",
-	RideCompleted:     "the ride completed at the dropoff",
-	RideCancelled:     "the ride was cancelled",
-	RideReopened:      "an accepted ride lost its driver and is matched again",
+	RideRequested:       "a rider requested a ride",
+	RideOffered:         "a driver was offered a ride",
+	RideOfferDeclined:   "the offered driver declined the ride",
+	RideAccepted:        "the offered driver accepted the ride",
+	RideStarted:         "the ride started at the pickup",
+	RideCompleted:       "the ride completed at the dropoff",
+	RideCancelled:       "the ride was cancelled",
+	RideReopened:        "an accepted ride lost its driver and is matched again",
+	RideOfferExpired:    "the offered driver let the offer window pass",
+	RideRetry:           "a requested ride is matched again after a wait",
+	RideUnmatched:       "nobody could be offered the ride within the retry budget",
+	RideDriverOffline:   "the driver of a ride in progress stopped sending heartbeats",
+	DriverStatusChanged: "flagdown changed a driver's status",
+	RedisKeyExpired:     "a flagdown timed key expired in Redis",
 }
 
 // Known reports whether t is a flagdown event type.
@@ -106,4 +129,69 @@ type RideTransitionData struct {
 	By     string    `json:"by,omitempty"`
 	Reason string    `json:"reason,omitempty"`
 	At     time.Time `json:"at"`
+}
+
+// RideOfferExpiredData is the payload of RideOfferExpired.
+type RideOfferExpiredData struct {
+	RideID   string `json:"ride_id"`
+	OfferID  string `json:"offer_id"`
+	DriverID string `json:"driver_id"`
+	// ExpiresAt is the end of the offer window that passed.
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// RideRetryData is the payload of RideRetry.
+type RideRetryData struct {
+	RideID string `json:"ride_id"`
+	// Attempt is the number of match attempts so far.
+	Attempt int `json:"attempt"`
+	// Reason is retry_timer (the timer fired) or reconcile (found idle).
+	Reason string `json:"reason"`
+}
+
+// RideUnmatchedData is the payload of RideUnmatched.
+type RideUnmatchedData struct {
+	RideID  string `json:"ride_id"`
+	RiderID string `json:"rider_id"`
+	// Attempts is the number of match attempts made.
+	Attempts int `json:"attempts"`
+	// Reason says why nobody was offered at the last attempt.
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// RideDriverOfflineData is the payload of RideDriverOffline.
+type RideDriverOfflineData struct {
+	RideID   string    `json:"ride_id"`
+	DriverID string    `json:"driver_id"`
+	Status   string    `json:"status"`
+	At       time.Time `json:"at"`
+}
+
+// DriverStatusChangedData is the payload of DriverStatusChanged.
+type DriverStatusChangedData struct {
+	DriverID string `json:"driver_id"`
+	// From and To are driver statuses (offline, available, paused, busy, navigating).
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Reason is heartbeat_expired, or reconcile when the reconcile function found it.
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// RedisKeyExpiredData is the payload of RedisKeyExpired.
+type RedisKeyExpiredData struct {
+	// Key is the full Redis key name (also the subject).
+	Key string `json:"key"`
+	// Kind is heartbeat, offer_lock or retry (redisstore.KeyKind).
+	Kind string `json:"kind"`
+	// ID is the driver id (heartbeat, offer_lock) or ride id (retry) from the key name.
+	ID string `json:"id"`
+	// DeadlineMs is the deadline indexed for the key, unix milliseconds (0 when unknown).
+	DeadlineMs int64 `json:"deadline_ms"`
+	// ObservedAt is when the expiry source saw the expiry.
+	ObservedAt time.Time `json:"observed_at"`
+	// Swept is true when the source found the key gone during its deadline sweep rather than
+	// through Redis's expired notification (a notification it missed, or one still on its way).
+	Swept bool `json:"swept"`
 }

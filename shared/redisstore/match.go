@@ -82,10 +82,12 @@ func (s *Store) DriverInfos(ctx context.Context, ids []string) ([]DriverInfo, er
 }
 
 // lockScript takes a driver's offer lock (SET NX PX) and, only if it got it, takes him out of the
-// GEO set so concurrent searches stop finding him. KEYS: lock, GEO. ARGV: value, TTL ms, driver id.
+// GEO set so concurrent searches stop finding him, and indexes the lock's deadline.
+// KEYS: lock, GEO, deadlines. ARGV: value, TTL ms, driver id, deadline ms.
 var lockScript = redis.NewScript(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('ZREM', KEYS[2], ARGV[3])
+  redis.call('ZADD', KEYS[3], ARGV[4], KEYS[1])
   return 1
 end
 return 0
@@ -94,7 +96,8 @@ return 0
 // LockOffer takes driverID's offer lock with value (the offer JSON) for ttl. It returns false if
 // another offer holds him. Only the holder of value may release it (ReleaseOffer).
 func (s *Store) LockOffer(ctx context.Context, driverID, value string, ttl time.Duration) (bool, error) {
-	n, err := lockScript.Run(ctx, s.rdb, []string{s.offerKey(driverID), s.geoKey()}, value, ttl.Milliseconds(), driverID).Int()
+	n, err := lockScript.Run(ctx, s.rdb, []string{s.offerKey(driverID), s.geoKey(), s.DeadlinesKey()},
+		value, ttl.Milliseconds(), driverID, time.Now().Add(ttl).UnixMilli()).Int()
 	if err != nil {
 		return false, unavailable(err)
 	}
@@ -103,10 +106,11 @@ func (s *Store) LockOffer(ctx context.Context, driverID, value string, ttl time.
 
 // releaseScript is compare-and-delete: the lock is deleted only if it still holds ARGV[1]. When
 // ARGV[2] is "1" and the driver is still available with a heartbeat, he goes back to the GEO set.
-// KEYS: lock, driver hash, heartbeat, GEO. ARGV: value, requeue flag, driver id.
+// KEYS: lock, driver hash, heartbeat, GEO, deadlines. ARGV: value, requeue flag, driver id.
 var releaseScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[5], KEYS[1])
 if ARGV[2] == '1' and redis.call('EXISTS', KEYS[3]) == 1 then
   local st = redis.call('HMGET', KEYS[2], 'status', 'ride', 'lat', 'lng')
   if st[1] == 'available' and (st[2] == false or st[2] == '') and st[3] and st[4] then
@@ -125,7 +129,7 @@ func (s *Store) ReleaseOffer(ctx context.Context, driverID, value string, requeu
 		flag = "1"
 	}
 	n, err := releaseScript.Run(ctx, s.rdb,
-		[]string{s.offerKey(driverID), s.driverKey(driverID), s.hbKey(driverID), s.geoKey()},
+		[]string{s.offerKey(driverID), s.driverKey(driverID), s.hbKey(driverID), s.geoKey(), s.DeadlinesKey()},
 		value, flag, driverID).Int()
 	if err != nil {
 		return false, unavailable(err)
@@ -143,12 +147,15 @@ func (s *Store) OfferLock(ctx context.Context, driverID string) (string, error) 
 }
 
 // assignScript gives an accepting driver his ride: out of the GEO set, status navigating, ride
-// set, then compare-and-delete of his offer lock. KEYS: driver hash, GEO, lock, ride position.
-// ARGV: driver id, ride id, lock value.
+// set, then compare-and-delete of his offer lock. KEYS: driver hash, GEO, lock, ride position,
+// deadlines. ARGV: driver id, ride id, lock value.
 var assignScript = redis.NewScript(`
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[1], 'status', 'navigating', 'ride', ARGV[2])
-if redis.call('GET', KEYS[3]) == ARGV[3] then redis.call('DEL', KEYS[3]) end
+if redis.call('GET', KEYS[3]) == ARGV[3] then
+  redis.call('DEL', KEYS[3])
+  redis.call('ZREM', KEYS[5], KEYS[3])
+end
 local p = redis.call('HMGET', KEYS[1], 'lat', 'lng', 'ts')
 if p[1] and p[2] and p[3] then redis.call('HSET', KEYS[4], 'lat', p[1], 'lng', p[2], 'ts', p[3]) end
 return 1
@@ -157,7 +164,7 @@ return 1
 // AssignRide marks driverID as navigating to rideID's pickup and releases his offer lock lockValue.
 func (s *Store) AssignRide(ctx context.Context, driverID, rideID, lockValue string) error {
 	err := assignScript.Run(ctx, s.rdb,
-		[]string{s.driverKey(driverID), s.geoKey(), s.offerKey(driverID), s.ridePosKey(rideID)},
+		[]string{s.driverKey(driverID), s.geoKey(), s.offerKey(driverID), s.ridePosKey(rideID), s.DeadlinesKey()},
 		driverID, rideID, lockValue).Err()
 	return unavailable(err)
 }

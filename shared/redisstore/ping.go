@@ -43,9 +43,9 @@ type PingResult struct {
 }
 
 // pingScript applies one ping atomically (one round trip per call, pipelined for batches).
-// KEYS: driver hash, heartbeat, GEO set, offer lock. ARGV: driver id, lat, lng, ts ms, status
-// ("" keeps), heading, speed, heartbeat TTL ms, max speed m/s, noise m, ride-pos key prefix,
-// ride-pos TTL ms.
+// KEYS: driver hash, heartbeat, GEO set, offer lock, deadlines. ARGV: driver id, lat, lng, ts ms,
+// status ("" keeps), heading, speed, heartbeat TTL ms, max speed m/s, noise m, ride-pos key prefix,
+// ride-pos TTL ms, server now ms (the heartbeat's deadline is now + TTL).
 // Rules: a ping not newer than the last accepted one is stale and changes nothing; a ping implying
 // a speed above the maximum is a GPS jump: it refreshes the heartbeat but not the position. Drivers
 // on a ride keep the status flagdown gave them. Only available drivers with no ride and no live
@@ -91,6 +91,7 @@ if status == 'available' and prev ~= 'available' then
 end
 redis.call('HSET', KEYS[1], unpack(fields))
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[8])
+redis.call('ZADD', KEYS[5], tonumber(ARGV[13]) + tonumber(ARGV[8]), KEYS[2])
 if status == 'available' and ride == '' and not offer then
   redis.call('GEOADD', KEYS[3], lng, lat, ARGV[1])
 else
@@ -147,7 +148,7 @@ func str(v any) string {
 }
 
 func (s *Store) pingKeys(driverID string) []string {
-	return []string{s.driverKey(driverID), s.hbKey(driverID), s.geoKey(), s.offerKey(driverID)}
+	return []string{s.driverKey(driverID), s.hbKey(driverID), s.geoKey(), s.offerKey(driverID), s.DeadlinesKey()}
 }
 
 func (s *Store) pingArgs(p Ping) []any {
@@ -170,5 +171,6 @@ func (s *Store) pingArgs(p Ping) []any {
 		GPSNoiseM,
 		s.prefix + "ridepos:",
 		s.RidePosTTL.Milliseconds(),
+		time.Now().UnixMilli(),
 	}
 }

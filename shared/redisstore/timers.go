@@ -1,0 +1,94 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// KeyKind names a key whose expiry means something.
+type KeyKind string
+
+// Kinds of timed keys. Each carries in its name the id its expiry must act on, because the value is
+// gone when the expired event arrives.
+const (
+	// KindHeartbeat: P hb:{driver id}; expiry means the driver stopped pinging (offline).
+	KindHeartbeat KeyKind = "heartbeat"
+	// KindOfferLock: P offer:{driver id}; expiry means the driver let his offer window pass.
+	KindOfferLock KeyKind = "offer_lock"
+	// KindRetry: P retry:{ride id}; expiry means it is time to match the ride again.
+	KindRetry KeyKind = "retry"
+)
+
+var kindPrefixes = []struct {
+	kind KeyKind
+	part string
+}{{KindHeartbeat, "hb:"}, {KindOfferLock, "offer:"}, {KindRetry, "retry:"}}
+
+// ParseTimedKey tells the kind and id of a flagdown timed key under prefix. ok is false for any
+// other key (other applications' keys, flagdown keys whose expiry means nothing).
+func ParseTimedKey(prefix, key string) (kind KeyKind, id string, ok bool) {
+	rest, found := strings.CutPrefix(key, prefix)
+	if !found {
+		return "", "", false
+	}
+	for _, k := range kindPrefixes {
+		if id, found := strings.CutPrefix(rest, k.part); found && id != "" {
+			return k.kind, id, true
+		}
+	}
+	return "", "", false
+}
+
+// DeadlinesKey is the sorted set indexing every timed key by its deadline (score = unix ms). The
+// expiry source sweeps it so that a timeout is acted on within a sweep tick of its deadline even
+// when Redis, which expires keys lazily or by sampling, deletes the key late.
+func (s *Store) DeadlinesKey() string { return s.prefix + "deadlines" }
+
+// Prefix is the key prefix of this store.
+func (s *Store) Prefix() string { return s.prefix }
+
+// retryKey is the retry timer of a ride.
+func (s *Store) retryKey(rideID string) string { return s.prefix + "retry:" + rideID }
+
+// setTimerScript sets a timer key with a TTL and indexes its deadline. KEYS: timer, deadlines.
+// ARGV: value, TTL ms, deadline ms.
+var setTimerScript = redis.NewScript(`
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], KEYS[1])
+return 1
+`)
+
+// SetRetryTimer arms rideID's retry timer to fire after wait. value is informational (the attempt).
+func (s *Store) SetRetryTimer(ctx context.Context, rideID, value string, wait time.Duration) error {
+	err := setTimerScript.Run(ctx, s.rdb, []string{s.retryKey(rideID), s.DeadlinesKey()},
+		value, wait.Milliseconds(), time.Now().Add(wait).UnixMilli()).Err()
+	return unavailable(err)
+}
+
+// HasRetryTimer reports whether rideID has an armed retry timer.
+func (s *Store) HasRetryTimer(ctx context.Context, rideID string) (bool, error) {
+	n, err := s.rdb.Exists(ctx, s.retryKey(rideID)).Result()
+	return n == 1, unavailable(err)
+}
+
+// ClearRetryTimer disarms rideID's retry timer.
+func (s *Store) ClearRetryTimer(ctx context.Context, rideID string) error {
+	pipe := s.rdb.TxPipeline()
+	pipe.Del(ctx, s.retryKey(rideID))
+	pipe.ZRem(ctx, s.DeadlinesKey(), s.retryKey(rideID))
+	_, err := pipe.Exec(ctx)
+	return unavailable(err)
+}
+
+// HeartbeatAlive reports whether driverID's heartbeat key exists.
+func (s *Store) HeartbeatAlive(ctx context.Context, driverID string) (bool, error) {
+	n, err := s.rdb.Exists(ctx, s.hbKey(driverID)).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	return n == 1, unavailable(err)
+}
