@@ -79,6 +79,25 @@ type Config struct {
 	// NearbyMaxCount caps the number of drivers the nearby function returns.
 	NearbyMaxCount int `env:"FLAGDOWN_NEARBY_MAX_COUNT" envDefault:"50"`
 
+	// RetryBase is the first wait before a ride nobody could be offered is matched again; each
+	// further attempt doubles it (exponential backoff), capped at RetryMaxWait.
+	RetryBase time.Duration `env:"FLAGDOWN_RETRY_BASE" envDefault:"2s"`
+	// RetryMaxWait caps one retry wait.
+	RetryMaxWait time.Duration `env:"FLAGDOWN_RETRY_MAX_WAIT" envDefault:"20s"`
+	// RetryMaxAttempts is the most match attempts of a ride before it becomes UNMATCHED.
+	RetryMaxAttempts int `env:"FLAGDOWN_RETRY_MAX_ATTEMPTS" envDefault:"8"`
+	// RetryBudget is the longest a ride may wait for a driver, from its request, before it becomes UNMATCHED.
+	RetryBudget time.Duration `env:"FLAGDOWN_RETRY_BUDGET" envDefault:"3m"`
+	// ScoreMissPenaltyM: metres of pickup distance added per offer the driver let expire recently.
+	ScoreMissPenaltyM float64 `env:"FLAGDOWN_SCORE_MISS_PENALTY_M" envDefault:"250"`
+	// MissMemory is how long a missed offer counts against a driver in the score.
+	MissMemory time.Duration `env:"FLAGDOWN_MISS_MEMORY" envDefault:"30m"`
+	// ReconcileInterval is how often flagdown dev runs the reconcile function (the cron schedule in production).
+	ReconcileInterval time.Duration `env:"FLAGDOWN_RECONCILE_INTERVAL" envDefault:"30s"`
+	// ReconcileGrace is how long past a deadline reconcile waits before repairing, so it does not race
+	// the expiry source and events in flight.
+	ReconcileGrace time.Duration `env:"FLAGDOWN_RECONCILE_GRACE" envDefault:"5s"`
+
 	// Addr is where flagdown dev serves the functions (the gateway address).
 	Addr string `env:"FLAGDOWN_ADDR" envDefault:"127.0.0.1:8080"`
 	// TriggerMaxDeliver is how many times a trigger delivers an event before dead-lettering it.
