@@ -106,8 +106,15 @@ type Config struct {
 	RelayPollInterval time.Duration `env:"FLAGDOWN_RELAY_POLL_INTERVAL" envDefault:"1s"`
 }
 
-// Load reads the configuration from the process environment.
-func Load() (*Config, error) { return parse(env.Options{}) }
+// Load reads the configuration from the process environment, completed from secret files
+// (WithSecrets: DATABASE_URL, REDIS_URL and NATS_URL under FLAGDOWN_SECRETS_DIR when unset).
+func Load() (*Config, error) {
+	environ, err := WithSecrets(processEnviron())
+	if err != nil {
+		return nil, err
+	}
+	return parse(env.Options{Environment: environ})
+}
 
 // FromEnv reads the configuration from an explicit environment (tests), ignoring the process's.
 func FromEnv(environ map[string]string) (*Config, error) {
