@@ -11,7 +11,8 @@ type Trigger struct {
 
 // Triggers is every (event types → function) route in flagdown.
 var Triggers = []Trigger{
-	{Function: "match", Types: []string{RideRequested, RideOfferDeclined, RideReopened}},
+	{Function: "match", Types: []string{RideRequested, RideOfferDeclined, RideReopened, RideOfferExpired, RideRetry}},
+	{Function: "expiry-notification", Types: []string{RedisKeyExpired}},
 }
 
 // TypesFor returns the event types routed to function, or nil.

@@ -1,13 +1,19 @@
 package main
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"net/http"
+	"time"
 
 	accept "github.com/flagdown/flagdown/functions/accept"
+	expirynotification "github.com/flagdown/flagdown/functions/expiry-notification"
 	locationupdate "github.com/flagdown/flagdown/functions/location-update"
 	match "github.com/flagdown/flagdown/functions/match"
 	nearby "github.com/flagdown/flagdown/functions/nearby"
 	ordercreate "github.com/flagdown/flagdown/functions/order-create"
+	reconcile "github.com/flagdown/flagdown/functions/reconcile"
 	ride "github.com/flagdown/flagdown/functions/ride"
 	"github.com/flagdown/flagdown/shared/app"
 )
@@ -24,6 +30,38 @@ var functionSet = []struct {
 	{"accept", func(d *app.Deps) http.Handler { return accept.New(d) }},
 	{"ride", func(d *app.Deps) http.Handler { return ride.New(d) }},
 	{"nearby", func(d *app.Deps) http.Handler { return nearby.New(d) }},
+	{"expiry-notification", func(d *app.Deps) http.Handler { return expirynotification.New(d) }},
+	{"reconcile", func(d *app.Deps) http.Handler { return reconcile.New(d) }},
+}
+
+// cron calls url with POST every interval until ctx ends, like the OpenFaaS cron-connector or a
+// Knative PingSource; failures are logged and the next tick tries again.
+func cron(ctx context.Context, url string, interval time.Duration, log *slog.Logger) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Error("cron call failed", "url", url, "err", err)
+			}
+			continue
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			log.Error("cron call failed", "url", url, "status", resp.StatusCode, "body", string(body))
+		}
+	}
 }
 
 // gateway mounts every function under /function/<name> like the OpenFaaS gateway: the function

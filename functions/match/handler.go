@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -43,6 +44,8 @@ const (
 	OutcomeNoDriver  = "no_driver"
 	OutcomeDuplicate = "duplicate"
 	OutcomeNotNeeded = "not_needed"
+	// OutcomeUnmatched: nobody could be offered within the retry budget; the ride is UNMATCHED.
+	OutcomeUnmatched = "unmatched"
 )
 
 // Function matches rides to drivers.
@@ -58,6 +61,7 @@ func New(d *app.Deps) *Function {
 	f := &Function{d: d, score: dispatch.ScoreParams{
 		IdleBonusMPerMin: c.ScoreIdleBonusMPerMin, IdleCapMin: c.ScoreIdleCapMin,
 		RatingBonusM: c.ScoreRatingBonusM, DefaultRating: c.DefaultRating,
+		MissPenaltyM: c.ScoreMissPenaltyM, MissMemory: c.MissMemory,
 	}}
 	f.h = app.EventHandler(d, Triggers, f.Handle)
 	return f
@@ -88,8 +92,10 @@ func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
 	rideID := e.Subject()
 	outcome := ""
 	var lockedDriver, lockValue string
+	var retryWait time.Duration
+	var retryAttempt int
 	err := f.d.DB.Tx(ctx, func(tx pgx.Tx) error {
-		lockedDriver, lockValue = "", ""
+		lockedDriver, lockValue, retryWait = "", "", 0
 		first, err := pgstore.MarkProcessed(ctx, tx, Consumer, e.Source(), e.ID())
 		if err != nil {
 			return err
@@ -116,8 +122,18 @@ func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
 			return err
 		}
 		if offer == nil {
+			if err := pgstore.NoteMatchAttempt(ctx, tx, ride.ID, false, note); err != nil {
+				return err
+			}
+			attempts := ride.MatchAttempts + 1
+			if attempts >= f.d.Config.RetryMaxAttempts || time.Since(ride.CreatedAt) >= f.d.Config.RetryBudget {
+				outcome = OutcomeUnmatched
+				return f.unmatched(ctx, tx, ride, attempts, note)
+			}
 			outcome = OutcomeNoDriver
-			return pgstore.NoteMatchAttempt(ctx, tx, ride.ID, false, note)
+			retryWait = RetryWait(f.d.Config.RetryBase, f.d.Config.RetryMaxWait, attempts)
+			retryAttempt = attempts
+			return nil
 		}
 		lockedDriver, lockValue = offer.DriverID, value
 		if err := pgstore.InsertOffer(ctx, tx, offer); err != nil {
@@ -136,6 +152,12 @@ func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
 		outcome = OutcomeOffered
 		return err
 	})
+	if err == nil && retryWait > 0 {
+		// Armed after the commit: if this fails, reconcile finds the ride idle and retries it.
+		if terr := f.d.Redis.SetRetryTimer(context.WithoutCancel(ctx), rideID, strconv.Itoa(retryAttempt), retryWait); terr != nil {
+			f.d.Log.Error("arm retry timer", "ride_id", rideID, "err", terr)
+		}
+	}
 	if err != nil && lockedDriver != "" {
 		// The offer was not recorded: free the driver we locked.
 		if _, rerr := f.d.Redis.ReleaseOffer(context.WithoutCancel(ctx), lockedDriver, lockValue, true); rerr != nil {
@@ -151,8 +173,9 @@ func (f *Function) offer(ctx context.Context, ride *dispatch.Ride, excluded map[
 	c := f.d.Config
 	tried := map[string]bool{}
 	seen := 0
-	for i, radius := range c.SearchRadiiM {
-		last := i == len(c.SearchRadiiM)-1
+	radii := Radii(c.SearchRadiiM, ride.MatchAttempts)
+	for i, radius := range radii {
+		last := i == len(radii)-1
 		hits, err := f.d.Redis.Nearby(ctx, ride.Pickup, radius, c.SearchCount+len(excluded))
 		if err != nil {
 			return nil, "", "", err
@@ -185,7 +208,7 @@ func (f *Function) offer(ctx context.Context, ride *dispatch.Ride, excluded map[
 			}
 		}
 	}
-	maxR := c.SearchRadiiM[len(c.SearchRadiiM)-1]
+	maxR := radii[len(radii)-1]
 	if seen == 0 {
 		return nil, "", fmt.Sprintf("no available driver within %.0f m", maxR), nil
 	}
@@ -218,8 +241,48 @@ func (f *Function) eligible(ctx context.Context, hits []redisstore.GeoHit, exclu
 		}
 		out = append(out, dispatch.Candidate{
 			DriverID: keep[i].DriverID, DistanceM: keep[i].DistanceM, Position: keep[i].Position,
-			Rating: info.Rating, IdleS: idle,
+			Rating: info.Rating, IdleS: idle, Missed: info.Missed, MissedAt: info.MissedAt,
 		})
 	}
 	return out, nil
+}
+
+// unmatched ends a ride nobody could be offered within the retry budget.
+func (f *Function) unmatched(ctx context.Context, tx pgx.Tx, ride *dispatch.Ride, attempts int, note string) error {
+	at, err := pgstore.SetRideStatus(ctx, tx, ride.ID, pgstore.StatusChange{From: dispatch.RideRequested, To: dispatch.RideUnmatched})
+	if err != nil {
+		return err
+	}
+	_, err = pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
+		Type: events.RideUnmatched, Source: Source, Subject: ride.ID,
+		Data: events.RideUnmatchedData{RideID: ride.ID, RiderID: ride.RiderID, Attempts: attempts, Reason: note, At: at.UTC()},
+	})
+	return err
+}
+
+// RetryWait is the wait before match attempt attempts+1: base × 2^(attempts−1), capped at max.
+func RetryWait(base, max time.Duration, attempts int) time.Duration {
+	w := base
+	for i := 1; i < attempts && w < max; i++ {
+		w *= 2
+	}
+	if w > max {
+		w = max
+	}
+	return w
+}
+
+// Radii are the search radii in metres for a ride already tried attempts times: the configured
+// expanding radii, widened on retries by twice the largest radius (from the second retry) and four
+// times it (from the fourth), so a ride that found nobody nearby looks further each time.
+func Radii(base []float64, attempts int) []float64 {
+	out := append([]float64(nil), base...)
+	last := base[len(base)-1]
+	if attempts >= 2 {
+		out = append(out, 2*last)
+	}
+	if attempts >= 4 {
+		out = append(out, 4*last)
+	}
+	return out
 }

@@ -50,6 +50,9 @@ type DriverInfo struct {
 	Rating float64
 	// AvailableSince is when the driver last became available (zero when unknown).
 	AvailableSince time.Time
+	// Missed is how many offers the driver let expire, and MissedAt when the last one was.
+	Missed   int
+	MissedAt time.Time
 }
 
 // DriverInfos reads heartbeat (one MGET) and state of each driver in one round trip.
@@ -65,7 +68,7 @@ func (s *Store) DriverInfos(ctx context.Context, ids []string) ([]DriverInfo, er
 	mget := pipe.MGet(ctx, keys...)
 	states := make([]*redis.SliceCmd, len(ids))
 	for i, id := range ids {
-		states[i] = pipe.HMGet(ctx, s.driverKey(id), "status", "ride", "rating", "since")
+		states[i] = pipe.HMGet(ctx, s.driverKey(id), "status", "ride", "rating", "since", "missed", "missed_at")
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, unavailable(err)
@@ -76,6 +79,9 @@ func (s *Store) DriverInfos(ctx context.Context, ids []string) ([]DriverInfo, er
 		out[i] = DriverInfo{Alive: hb != nil, Status: dispatch.DriverStatus(str(v[0])), RideID: str(v[1]), Rating: f64(str(v[2]))}
 		if since, err := strconv.ParseInt(str(v[3]), 10, 64); err == nil {
 			out[i].AvailableSince = time.UnixMilli(since)
+		}
+		if m := atoi64(str(v[4])); m > 0 {
+			out[i].Missed, out[i].MissedAt = int(m), time.UnixMilli(atoi64(str(v[5])))
 		}
 	}
 	return out, nil

@@ -1,0 +1,83 @@
+// Package function is the expiry-notification function: it turns Redis key expiries, published by
+// the expiry source as io.flagdown.redis.key.expired.v1 CloudEvents (subject = the key), into the
+// timeouts they mean:
+//
+//	P hb:{driver}     heartbeat expired  → driver offline (see lifecycle.DriverOffline)
+//	P offer:{driver}  offer lock expired → offer timed out, ride matched again without him
+//	P retry:{ride}    retry timer fired  → ride matched again
+//
+// Each handler re-reads state before acting (a ping a millisecond after the expiry wins), and each
+// event has one effect per (source, id).
+package function
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/flagdown/flagdown/events"
+	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/cloudevent"
+	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/lifecycle"
+	"github.com/flagdown/flagdown/shared/redisstore"
+)
+
+// Source is the CloudEvent source of events this function emits.
+const Source = "/flagdown/expiry-notification"
+
+// Consumer is this function's name in processed_events.
+const Consumer = "expiry-notification"
+
+// OutcomeIgnored: the key is not one of this deployment's timed keys.
+const OutcomeIgnored = "ignored"
+
+// Function handles expired-key events.
+type Function struct {
+	d  *app.Deps
+	lc *lifecycle.Service
+	h  http.Handler
+}
+
+// New returns the function over d.
+func New(d *app.Deps) *Function {
+	f := &Function{d: d, lc: lifecycle.New(d, Source)}
+	f.h = app.EventHandler(d, events.TypesFor("expiry-notification"), f.Handle)
+	return f
+}
+
+var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
+
+// Handle is the OpenFaaS golang-middleware entry point.
+func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }
+
+// ServeHTTP handles a CloudEvent delivered by a trigger.
+func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.h.ServeHTTP(w, r) }
+
+// Handle acts on one expired key. Outcomes: done, duplicate, stale (state moved on) or ignored.
+func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
+	var data events.RedisKeyExpiredData
+	if err := cloudevent.DecodeData(e, &data); err != nil {
+		return "", err
+	}
+	if data.Key != e.Subject() {
+		return "", dispatch.Invalid("data.key", "must equal the event subject")
+	}
+	kind, id, ok := redisstore.ParseTimedKey(f.d.Redis.Prefix(), e.Subject())
+	if !ok {
+		return OutcomeIgnored, nil
+	}
+	ref := &lifecycle.EventRef{Consumer: Consumer, Source: e.Source(), ID: e.ID()}
+	var out lifecycle.Outcome
+	var err error
+	switch kind {
+	case redisstore.KindHeartbeat:
+		out, err = f.lc.DriverOffline(ctx, id, "heartbeat_expired", ref)
+	case redisstore.KindOfferLock:
+		out, err = f.lc.OfferTimedOut(ctx, id, ref)
+	case redisstore.KindRetry:
+		out, err = f.lc.RetryDue(ctx, id, "retry_timer", ref)
+	}
+	return string(out), err
+}

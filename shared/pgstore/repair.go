@@ -1,0 +1,120 @@
+package pgstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flagdown/flagdown/shared/dispatch"
+)
+
+// ActiveRideOfDriver returns driverID's ACCEPTED or IN_PROGRESS ride locked for update, or nil.
+func ActiveRideOfDriver(ctx context.Context, tx pgx.Tx, driverID string) (*dispatch.Ride, error) {
+	r, err := scanRide(tx.QueryRow(ctx, `SELECT `+rideCols+` FROM rides
+		WHERE driver_id = $1 AND status IN ('ACCEPTED','IN_PROGRESS') FOR UPDATE`, driverID))
+	if IsNoRows(err) {
+		return nil, nil
+	}
+	return r, pgErr(err)
+}
+
+// ExpireDueOffersOfDriver marks driverID's PENDING offers whose window closed (expires_at at most
+// slack after PostgreSQL's now, to absorb clock skew between hosts) EXPIRED and returns them.
+func ExpireDueOffersOfDriver(ctx context.Context, tx pgx.Tx, driverID string, slack time.Duration) ([]dispatch.Offer, error) {
+	rows, err := tx.Query(ctx, `UPDATE offers SET status = 'EXPIRED', responded_at = now()
+		WHERE driver_id = $1 AND status = 'PENDING' AND expires_at <= now() + $2 * interval '1 millisecond'
+		RETURNING `+offerCols, driverID, slack.Milliseconds())
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	defer rows.Close()
+	var out []dispatch.Offer
+	for rows.Next() {
+		o, err := scanOffer(rows)
+		if err != nil {
+			return nil, pgErr(err)
+		}
+		out = append(out, *o)
+	}
+	return out, pgErr(rows.Err())
+}
+
+// DriversWithOverdueOffers returns the drivers holding PENDING offers whose window closed more
+// than grace ago (their timeout was missed), at most limit.
+func DriversWithOverdueOffers(ctx context.Context, q Querier, grace time.Duration, limit int) ([]string, error) {
+	return strings1(ctx, q, `SELECT DISTINCT driver_id FROM offers
+		WHERE status = 'PENDING' AND expires_at < now() - $1 * interval '1 millisecond' LIMIT $2`, grace.Milliseconds(), limit)
+}
+
+// IdleRequestedRides returns REQUESTED rides without a PENDING offer that nothing touched for
+// grace (candidates for a lost ride.requested, retry timer or offer timeout), oldest first.
+func IdleRequestedRides(ctx context.Context, q Querier, grace time.Duration, limit int) ([]string, error) {
+	return strings1(ctx, q, `SELECT r.id::text FROM rides r
+		WHERE r.status = 'REQUESTED' AND r.updated_at < now() - $1 * interval '1 millisecond'
+		  AND NOT EXISTS (SELECT 1 FROM offers o WHERE o.ride_id = r.id AND o.status = 'PENDING')
+		ORDER BY r.created_at LIMIT $2`, grace.Milliseconds(), limit)
+}
+
+// ActiveAssignment is a driver on an ACCEPTED or IN_PROGRESS ride.
+type ActiveAssignment struct {
+	DriverID string
+	RideID   string
+	Status   dispatch.RideStatus
+}
+
+// ActiveAssignments returns every driver with an active ride.
+func ActiveAssignments(ctx context.Context, q Querier) ([]ActiveAssignment, error) {
+	rows, err := q.Query(ctx, `SELECT driver_id, id::text, status FROM rides WHERE status IN ('ACCEPTED','IN_PROGRESS')`)
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	defer rows.Close()
+	var out []ActiveAssignment
+	for rows.Next() {
+		var a ActiveAssignment
+		var st string
+		if err := rows.Scan(&a.DriverID, &a.RideID, &st); err != nil {
+			return nil, pgErr(err)
+		}
+		a.Status = dispatch.RideStatus(st)
+		out = append(out, a)
+	}
+	return out, pgErr(rows.Err())
+}
+
+// TouchRide sets updated_at = now() (and match_note when note is not empty).
+func TouchRide(ctx context.Context, tx pgx.Tx, id, note string) error {
+	_, err := tx.Exec(ctx, `UPDATE rides SET updated_at = now(), match_note = coalesce(nullif($2, ''), match_note) WHERE id = $1`, id, note)
+	return pgErr(err)
+}
+
+// UnpublishedOutbox counts outbox rows older than grace that are still unpublished.
+func UnpublishedOutbox(ctx context.Context, q Querier, grace time.Duration) (int, error) {
+	var n int
+	err := q.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE published_at IS NULL AND created_at < now() - $1 * interval '1 millisecond'`, grace.Milliseconds()).Scan(&n)
+	return n, pgErr(err)
+}
+
+// WakeRelays sends the outbox notification for this schema, waking every relay.
+func (db *DB) WakeRelays(ctx context.Context) error {
+	_, err := db.Pool.Exec(ctx, `SELECT pg_notify('flagdown_outbox', $1)`, db.Schema)
+	return pgErr(err)
+}
+
+func strings1(ctx context.Context, q Querier, sql string, args ...any) ([]string, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, pgErr(err)
+		}
+		out = append(out, s)
+	}
+	return out, pgErr(rows.Err())
+}

@@ -1,0 +1,122 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flagdown/flagdown/shared/dispatch"
+)
+
+// offlineScript marks a driver offline unless his heartbeat lives again (a ping raced the expiry).
+// KEYS: heartbeat, driver hash, GEO. ARGV: driver id. Returns {0, status} when alive, {1, previous
+// status} otherwise.
+var offlineScript = redis.NewScript(`
+local st = redis.call('HGET', KEYS[2], 'status') or ''
+if redis.call('EXISTS', KEYS[1]) == 1 then return {0, st} end
+redis.call('ZREM', KEYS[3], ARGV[1])
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('HSET', KEYS[2], 'status', 'offline') end
+return {1, st}
+`)
+
+// MarkOffline takes driverID out of the available set and sets his status offline, unless his
+// heartbeat key exists (then alive is true and nothing changes). prev is the status before.
+func (s *Store) MarkOffline(ctx context.Context, driverID string) (prev dispatch.DriverStatus, alive bool, err error) {
+	v, err := offlineScript.Run(ctx, s.rdb, []string{s.hbKey(driverID), s.driverKey(driverID), s.geoKey()}, driverID).Slice()
+	if err != nil {
+		return "", false, unavailable(err)
+	}
+	n, _ := v[0].(int64)
+	return dispatch.DriverStatus(str(v[1])), n == 0, nil
+}
+
+// missScript counts a missed offer, restarting the count when the last miss is older than the
+// memory. KEYS: driver hash. ARGV: now ms, memory ms.
+var missScript = redis.NewScript(`
+local last = tonumber(redis.call('HGET', KEYS[1], 'missed_at') or '0')
+if tonumber(ARGV[1]) - last > tonumber(ARGV[2]) then redis.call('HSET', KEYS[1], 'missed', 0) end
+redis.call('HINCRBY', KEYS[1], 'missed', 1)
+redis.call('HSET', KEYS[1], 'missed_at', ARGV[1])
+return 1
+`)
+
+// RecordMiss counts an offer driverID let expire; misses older than memory are forgotten.
+func (s *Store) RecordMiss(ctx context.Context, driverID string, memory time.Duration) error {
+	return unavailable(missScript.Run(ctx, s.rdb, []string{s.driverKey(driverID)}, time.Now().UnixMilli(), memory.Milliseconds()).Err())
+}
+
+// ScanAvailable returns up to about count members of the available set from cursor, and the next
+// cursor (0 when the scan is complete).
+func (s *Store) ScanAvailable(ctx context.Context, cursor uint64, count int64) ([]string, uint64, error) {
+	kv, next, err := s.rdb.ZScan(ctx, s.geoKey(), cursor, "", count).Result()
+	if err != nil {
+		return nil, 0, unavailable(err)
+	}
+	ids := make([]string, 0, len(kv)/2)
+	for i := 0; i < len(kv); i += 2 {
+		ids = append(ids, kv[i])
+	}
+	return ids, next, nil
+}
+
+// Heartbeats reports, for each driver, whether his heartbeat key exists (one MGET).
+func (s *Store) Heartbeats(ctx context.Context, ids []string) ([]bool, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = s.hbKey(id)
+	}
+	vals, err := s.rdb.MGet(ctx, keys...).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, unavailable(err)
+	}
+	out := make([]bool, len(ids))
+	for i, v := range vals {
+		out[i] = v != nil
+	}
+	return out, nil
+}
+
+// InAvailable reports, for each driver, whether he is a member of the available set (pipelined).
+func (s *Store) InAvailable(ctx context.Context, ids []string) ([]bool, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.FloatCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.ZScore(ctx, s.geoKey(), id)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, unavailable(err)
+	}
+	out := make([]bool, len(ids))
+	for i, c := range cmds {
+		out[i] = c.Err() == nil
+	}
+	return out, nil
+}
+
+// RestoreOnRide repairs the Redis state of a driver PostgreSQL says is on rideID: out of the
+// available set, status navigating (ACCEPTED) or busy (IN_PROGRESS), ride set.
+func (s *Store) RestoreOnRide(ctx context.Context, driverID, rideID string, ride dispatch.RideStatus) error {
+	st := dispatch.DriverNavigating
+	if ride == dispatch.RideInProgress {
+		st = dispatch.DriverBusy
+	}
+	pipe := s.rdb.TxPipeline()
+	pipe.ZRem(ctx, s.geoKey(), driverID)
+	pipe.HSet(ctx, s.driverKey(driverID), "status", string(st), "ride", rideID)
+	_, err := pipe.Exec(ctx)
+	return unavailable(err)
+}
+
+func atoi64(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
