@@ -7,12 +7,9 @@ package function_test
 
 import (
 	"context"
-	"encoding/csv"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -35,57 +32,6 @@ import (
 	"github.com/flagdown/flagdown/shared/testkit"
 )
 
-// benchTrip is one row of testdata/trips.csv.
-type benchTrip struct{ pickup, dropoff dispatch.Point }
-
-// loadBenchTrips reads testdata/trips.csv from the repository root (found by walking up to go.mod).
-func loadBenchTrips(b *testing.B) []benchTrip {
-	b.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			b.Fatal("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-	f, err := os.Open(filepath.Join(dir, "testdata", "trips.csv"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	rows, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var out []benchTrip
-	for _, r := range rows[1:] {
-		if len(r) < 5 {
-			continue
-		}
-		var v [4]float64
-		ok := true
-		for i := range v {
-			if v[i], err = strconv.ParseFloat(r[i+1], 64); err != nil || v[i] == 0 {
-				ok = false
-			}
-		}
-		if ok {
-			out = append(out, benchTrip{dispatch.Point{Lat: v[0], Lng: v[1]}, dispatch.Point{Lat: v[2], Lng: v[3]}})
-		}
-	}
-	if len(out) == 0 {
-		b.Fatal("no trips in testdata/trips.csv")
-	}
-	return out
-}
-
 // offsetM returns p moved dy metres north and dx metres east.
 func offsetM(p dispatch.Point, dy, dx float64) dispatch.Point {
 	const mPerDeg = dispatch.EarthRadiusM * math.Pi / 180
@@ -94,7 +40,7 @@ func offsetM(p dispatch.Point, dy, dx float64) dispatch.Point {
 
 // seedDrivers brings the fleet to n alive, available drivers d-<i>, each within 150 m of a real
 // pickup position, through ApplyPings in batches of 500 (four writers).
-func seedDrivers(b *testing.B, s *redisstore.Store, trips []benchTrip, from, n int) {
+func seedDrivers(b *testing.B, s *redisstore.Store, trips []testkit.Trip, from, n int) {
 	b.Helper()
 	ctx := context.Background()
 	const batch = 500
@@ -107,7 +53,7 @@ func seedDrivers(b *testing.B, s *redisstore.Store, trips []benchTrip, from, n i
 			for start := range starts {
 				pings := make([]redisstore.Ping, 0, batch)
 				for i := start; i < min(start+batch, n); i++ {
-					p := offsetM(trips[i%len(trips)].pickup, rng.Float64()*300-150, rng.Float64()*300-150)
+					p := offsetM(trips[i%len(trips)].Pickup, rng.Float64()*300-150, rng.Float64()*300-150)
 					pings = append(pings, redisstore.Ping{DriverID: "d-" + strconv.Itoa(i), Position: p,
 						At: time.Now(), Status: dispatch.DriverAvailable})
 				}
@@ -129,7 +75,7 @@ func seedDrivers(b *testing.B, s *redisstore.Store, trips []benchTrip, from, n i
 
 // createRides inserts n REQUESTED rides (unique riders, real pickups and dropoffs) in chunks of
 // 500 per transaction and returns their ids.
-func createRides(b *testing.B, db *pgstore.DB, trips []benchTrip, n int) []string {
+func createRides(b *testing.B, db *pgstore.DB, trips []testkit.Trip, n int) []string {
 	b.Helper()
 	ctx := context.Background()
 	ids := make([]string, 0, n)
@@ -138,7 +84,7 @@ func createRides(b *testing.B, db *pgstore.DB, trips []benchTrip, n int) []strin
 			for range min(500, n-len(ids)) {
 				t := trips[rand.IntN(len(trips))]
 				r := &dispatch.Ride{ID: uuid.NewString(), RiderID: "rider-" + uuid.NewString(), Status: dispatch.RideRequested,
-					Pickup: t.pickup, Dropoff: t.dropoff, FareEstimateCents: 1500, EstDistanceM: 3000, EstDurationS: 600}
+					Pickup: t.Pickup, Dropoff: t.Dropoff, FareEstimateCents: 1500, EstDistanceM: 3000, EstDurationS: 600}
 				if err := pgstore.InsertRide(ctx, tx, r, ""); err != nil {
 					return err
 				}
@@ -200,7 +146,7 @@ var benchFleets = []int{1_000, 10_000, 30_000, 100_000}
 // pickup positions. Sequential ops report p50/p99 of Handle alone; the parallel variant (16
 // concurrent matches on 2 cores) includes freeing the offered driver in each op.
 func BenchmarkMatch(b *testing.B) {
-	trips := loadBenchTrips(b)
+	trips := testkit.Trips(b)
 	d := testkit.Deps(b, func(c *config.Config) {
 		c.HeartbeatTTL = 2 * time.Hour // the fleet stays alive for the whole run
 		c.OfferWindow = time.Minute

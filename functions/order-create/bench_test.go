@@ -7,12 +7,9 @@ package function_test
 
 import (
 	"bytes"
-	"encoding/csv"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 
@@ -20,38 +17,13 @@ import (
 	"github.com/flagdown/flagdown/shared/testkit"
 )
 
-// benchOrderBodies returns one JSON coordinate pair per row of testdata/trips.csv
-// (`"pickup": {...}, "dropoff": {...}`), found by walking up to go.mod.
+// benchOrderBodies returns one JSON coordinate pair per real trip
+// (`"pickup": {...}, "dropoff": {...}`).
 func benchOrderBodies(b *testing.B) []string {
-	b.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			b.Fatal("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-	f, err := os.Open(filepath.Join(dir, "testdata", "trips.csv"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	rows, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		b.Fatal(err)
-	}
 	var out []string
-	for _, r := range rows[1:] {
-		if len(r) >= 5 {
-			out = append(out, fmt.Sprintf(`"pickup": {"lat": %s, "lng": %s}, "dropoff": {"lat": %s, "lng": %s}`, r[1], r[2], r[3], r[4]))
-		}
+	for _, t := range testkit.Trips(b) {
+		out = append(out, fmt.Sprintf(`"pickup": {"lat": %v, "lng": %v}, "dropoff": {"lat": %v, "lng": %v}`,
+			t.Pickup.Lat, t.Pickup.Lng, t.Dropoff.Lat, t.Dropoff.Lng))
 	}
 	return out
 }

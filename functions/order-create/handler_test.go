@@ -15,6 +15,7 @@ import (
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/testkit"
 	"github.com/flagdown/flagdown/shared/testkit/fntest"
 )
 
@@ -96,7 +97,7 @@ func assertRejected(t *testing.T, env *fntest.Env, body string, headers map[stri
 func TestOrderCreateRejectsDirtyTaxiRows(t *testing.T) {
 	t.Parallel()
 	env := fntest.NewEnv(t, nil)
-	f, err := os.Open(filepath.Join(fntest.RepoRoot(t), "testdata", "trips-dirty-sample.csv"))
+	f, err := os.Open(filepath.Join(testkit.RepoRoot(t), "testdata", "trips-dirty-sample.csv"))
 	if err != nil {
 		t.Fatal(err)
 	}

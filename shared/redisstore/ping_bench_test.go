@@ -6,12 +6,9 @@ package redisstore_test
 
 import (
 	"context"
-	"encoding/csv"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -23,46 +20,11 @@ import (
 	"github.com/flagdown/flagdown/shared/testkit"
 )
 
-// benchPickups returns the pickup positions of testdata/trips.csv (repository root found by
-// walking up to go.mod).
+// benchPickups returns the pickup positions of the real trips in testdata/trips.csv.
 func benchPickups(b *testing.B) []dispatch.Point {
-	b.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			b.Fatal("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-	f, err := os.Open(filepath.Join(dir, "testdata", "trips.csv"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	rows, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		b.Fatal(err)
-	}
 	var out []dispatch.Point
-	for _, r := range rows[1:] {
-		if len(r) < 3 {
-			continue
-		}
-		lat, err1 := strconv.ParseFloat(r[1], 64)
-		lng, err2 := strconv.ParseFloat(r[2], 64)
-		if err1 == nil && err2 == nil && lat != 0 && lng != 0 {
-			out = append(out, dispatch.Point{Lat: lat, Lng: lng})
-		}
-	}
-	if len(out) == 0 {
-		b.Fatal("no pickups in testdata/trips.csv")
+	for _, t := range testkit.Trips(b) {
+		out = append(out, t.Pickup)
 	}
 	return out
 }

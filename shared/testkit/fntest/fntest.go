@@ -11,13 +11,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -381,28 +378,6 @@ func (s State) Diff(got State) string {
 	}
 	sort.Strings(out)
 	return strings.Join(out, "; ")
-}
-
-// RepoRoot returns the module root: the nearest directory at or above the working directory that
-// holds go.mod (tests run with their package directory as working directory).
-func RepoRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatalf("getwd: %v", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		} else if !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("stat go.mod: %v", err)
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatalf("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // Eventually calls cond every 20 ms until it returns true or timeout passes, then fails the test
