@@ -18,6 +18,7 @@ import (
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/expiry"
 	"github.com/flagdown/flagdown/shared/outbox"
 )
 
@@ -153,7 +154,8 @@ func startPlatform(ctx context.Context, cfg *config.Config, natsDir string, log 
 		return nil, err
 	}
 	relay := outbox.New(p.deps.DB, p.broker.Publish, outbox.Options{PollInterval: cfg.RelayPollInterval, Log: log})
-	for name, run := range map[string]func(context.Context) error{"triggers": p.disp.Run, "outbox relay": relay.Run} {
+	expirySource := expiry.New(p.deps.Redis, p.broker.Publish, expiry.Options{SweepInterval: cfg.ExpirySweepInterval, Log: log})
+	for name, run := range map[string]func(context.Context) error{"triggers": p.disp.Run, "outbox relay": relay.Run, "expiry source": expirySource.Run} {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()

@@ -3,6 +3,7 @@
 //	flagdown dev      serve every function under /function/<name>, run the broker, triggers and outbox relay
 //	flagdown migrate  apply the database migrations
 //	flagdown replay   replay real NYC taxi trips against a running platform over HTTP
+//	flagdown expiry-source  publish Redis timed-key expiries as events (flagdown dev runs one)
 package main
 
 import (
@@ -22,7 +23,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDevCmd(), newMigrateCmd(), newReplayCmd())
+	root.AddCommand(newDevCmd(), newMigrateCmd(), newReplayCmd(), newExpirySourceCmd())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := root.ExecuteContext(ctx); err != nil {

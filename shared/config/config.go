@@ -104,6 +104,9 @@ type Config struct {
 	TriggerMaxDeliver int `env:"FLAGDOWN_TRIGGER_MAX_DELIVER" envDefault:"5"`
 	// RelayPollInterval is the outbox relay's polling fallback when no NOTIFY arrives.
 	RelayPollInterval time.Duration `env:"FLAGDOWN_RELAY_POLL_INTERVAL" envDefault:"1s"`
+	// ExpirySweepInterval is how often the expiry source sweeps the deadline set for overdue timed
+	// keys (200 ms: timeouts acted on well within 1 s of their deadline).
+	ExpirySweepInterval time.Duration `env:"FLAGDOWN_EXPIRY_SWEEP_INTERVAL" envDefault:"200ms"`
 }
 
 // Load reads the configuration from the process environment, completed from secret files

@@ -1,0 +1,102 @@
+package expiry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// allClass is what the "A" flag of notify-keyspace-events stands for (Redis 7: generic, string,
+// list, set, hash, zset, expired, evicted, stream, module; not n or m).
+const allClass = "g$lshzxetd"
+
+// canonicalOrder is the order Redis itself prints the flags in (CONFIG GET).
+const canonicalOrder = "g$lshzxetdnKEm"
+
+// ErrNotificationsNotConfigured is wrapped by the start-up error when the server refuses CONFIG
+// GET/SET and keyspace notifications could therefore not be checked or enabled.
+var ErrNotificationsNotConfigured = errors.New("expiry: notify-keyspace-events must include Ex (e.g. \"Ex\" or \"KEA\"): " +
+	"set it in the provider's parameter group or in redis.conf (notify-keyspace-events Ex), " +
+	"then start the expiry source with --notifications-configured (Options.NotificationsConfigured)")
+
+// parseFlags expands a notify-keyspace-events value into its set of single flags ("A" expanded).
+func parseFlags(v string) map[rune]bool {
+	set := map[rune]bool{}
+	for _, r := range v {
+		if r == 'A' {
+			for _, a := range allClass {
+				set[a] = true
+			}
+			continue
+		}
+		set[r] = true
+	}
+	return set
+}
+
+// hasExpiredEvents reports whether flags v publish expired events on the keyevent channels.
+func hasExpiredEvents(v string) bool {
+	f := parseFlags(v)
+	return f['E'] && f['x']
+}
+
+// canonicalFlags writes a flag set in Redis's canonical form: "A" when every class flag is on,
+// otherwise the class letters in Redis's order, then K, E and m. Unknown letters are dropped.
+func canonicalFlags(set map[rune]bool) string {
+	var b strings.Builder
+	all := true
+	for _, a := range allClass {
+		all = all && set[a]
+	}
+	for _, r := range canonicalOrder {
+		if !set[r] {
+			continue
+		}
+		if all && strings.ContainsRune(allClass, r) {
+			if r == 'g' {
+				b.WriteByte('A')
+			}
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// withExpiredEvents returns the canonical union of flags v and "Ex".
+func withExpiredEvents(v string) string {
+	f := parseFlags(v)
+	f['E'], f['x'] = true, true
+	return canonicalFlags(f)
+}
+
+// ensureNode makes sure one Redis server publishes keyevent expired notifications: CONFIG GET
+// notify-keyspace-events and, when E or x is missing, CONFIG SET the union of the flags already set
+// and Ex. It returns the value in force afterwards. A refusal (CONFIG unknown, renamed, or NOPERM)
+// gives an error wrapping ErrNotificationsNotConfigured.
+func ensureNode(ctx context.Context, c redis.Cmdable, addr string) (string, error) {
+	m, err := c.ConfigGet(ctx, "notify-keyspace-events").Result()
+	if err != nil {
+		return "", refused(addr, "CONFIG GET", err)
+	}
+	cur := m["notify-keyspace-events"]
+	if hasExpiredEvents(cur) {
+		return cur, nil
+	}
+	want := withExpiredEvents(cur)
+	if err := c.ConfigSet(ctx, "notify-keyspace-events", want).Err(); err != nil {
+		return "", refused(addr, "CONFIG SET", err)
+	}
+	return want, nil
+}
+
+func refused(addr, what string, err error) error {
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return fmt.Errorf("%w (Redis %s refused %s: %v)", ErrNotificationsNotConfigured, addr, what, err)
+	}
+	return fmt.Errorf("expiry: %s notify-keyspace-events on %s: %w", what, addr, err)
+}
