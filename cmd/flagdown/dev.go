@@ -155,7 +155,12 @@ func startPlatform(ctx context.Context, cfg *config.Config, natsDir string, log 
 	}
 	relay := outbox.New(p.deps.DB, p.broker.Publish, outbox.Options{PollInterval: cfg.RelayPollInterval, Log: log})
 	expirySource := expiry.New(p.deps.Redis, p.broker.Publish, expiry.Options{SweepInterval: cfg.ExpirySweepInterval, Log: log})
-	for name, run := range map[string]func(context.Context) error{"triggers": p.disp.Run, "outbox relay": relay.Run, "expiry source": expirySource.Run} {
+	reconcileCron := func(ctx context.Context) error {
+		return cron(ctx, "http://"+p.Addr()+"/function/reconcile", cfg.ReconcileInterval, log)
+	}
+	for name, run := range map[string]func(context.Context) error{
+		"triggers": p.disp.Run, "outbox relay": relay.Run, "expiry source": expirySource.Run, "reconcile cron": reconcileCron,
+	} {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()

@@ -1,9 +1,10 @@
 // Command flagdown is the local platform and the tools around the function set:
 //
-//	flagdown dev      serve every function under /function/<name>, run the broker, triggers and outbox relay
-//	flagdown migrate  apply the database migrations
-//	flagdown replay   replay real NYC taxi trips against a running platform over HTTP
+//	flagdown dev            serve every function under /function/<name>; run the broker, triggers, outbox relay, expiry source and reconcile cron
+//	flagdown migrate        apply the database migrations
+//	flagdown replay         replay real NYC taxi trips against a running platform over HTTP
 //	flagdown expiry-source  publish Redis timed-key expiries as events (flagdown dev runs one)
+//	flagdown relay          publish outbox rows to the broker (flagdown dev runs one)
 package main
 
 import (
@@ -23,7 +24,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDevCmd(), newMigrateCmd(), newReplayCmd(), newExpirySourceCmd())
+	root.AddCommand(newDevCmd(), newMigrateCmd(), newReplayCmd(), newExpirySourceCmd(), newRelayCmd())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := root.ExecuteContext(ctx); err != nil {

@@ -16,9 +16,10 @@ import (
 	"github.com/flagdown/flagdown/shared/testkit"
 )
 
-// startTestPlatform runs the whole local platform (gateway, broker, triggers, relay) over a fresh
-// schema, Redis prefix and JetStream stream, on a random loopback port.
-func startTestPlatform(t *testing.T) *platform {
+// startTestPlatform runs the whole local platform (gateway, broker, triggers, relay, expiry source,
+// reconcile cron) over a fresh schema, Redis prefix and JetStream stream, on a random loopback port,
+// with the default configuration changed by tune (may be nil).
+func startTestPlatform(t *testing.T, tune ...func(*config.Config)) *platform {
 	t.Helper()
 	db := testkit.DB(t)
 	_, prefix := testkit.Redis(t)
@@ -32,6 +33,9 @@ func startTestPlatform(t *testing.T) *platform {
 	cfg.NATSURL = testkit.NATS(t)
 	cfg.NATSStream, cfg.SubjectPrefix = "T_"+id, "t"+id+".events"
 	cfg.Addr = "127.0.0.1:0"
+	for _, f := range tune {
+		f(cfg)
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	p, err := startPlatform(context.Background(), cfg, "", log)
 	if err != nil {
