@@ -26,12 +26,13 @@ func newDevCmd() *cobra.Command {
 	var addr, natsDir string
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run the local platform: gateway, broker, triggers and outbox relay",
+		Short: "Run the local platform: gateway, broker, triggers, outbox relay, expiry source, reconcile cron",
 		Long: `Runs everything a cluster would, in one process: serves every function under
 /function/<name> (the gateway), runs a NATS JetStream broker (embedded unless NATS_URL is set),
 delivers events to functions through the trigger table in CloudEvents binary mode (ack on 2xx,
 redelivery with backoff, dead-letter after FLAGDOWN_TRIGGER_MAX_DELIVER attempts), runs the outbox
-relay, and applies migrations on start. Stops gracefully on SIGINT/SIGTERM.`,
+relay and the Redis expiry source, calls the reconcile function every FLAGDOWN_RECONCILE_INTERVAL,
+and applies migrations on start. Stops gracefully on SIGINT/SIGTERM.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load()
 			if err != nil {
