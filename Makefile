@@ -53,3 +53,7 @@ bench: ## run the benchmarks (uses .local/services.env if present: `make service
 clean: ## remove bin/ and stop + delete the private service data (.local/)
 	scripts/services.sh clean
 	rm -rf bin
+
+.PHONY: build-context
+build-context: ## lay out faas-cli's build context of every function (.local/build/<fn>) and go build each, offline
+	scripts/buildcontext.sh -o .local/build

@@ -1,0 +1,110 @@
+package deploycheck_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/flagdown/flagdown/internal/deploycheck"
+	"github.com/flagdown/flagdown/shared/testkit"
+)
+
+// TestBuildContexts lays out, for every stack.yml function, the build context faas-cli would create
+// and builds it with the template's build step offline (GOPROXY=off, -mod=readonly: go.sum must be
+// complete). Each binary is then started the way a platform starts it — PORT set, credentials only
+// as files in a secrets folder — and must answer /_/health and /_/ready (real PostgreSQL and Redis).
+func TestBuildContexts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds every function image's binary")
+	}
+	root := repoRoot(t)
+	s, err := deploycheck.LoadStack(filepath.Join(root, "stack.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for n := range s.Functions {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	work := t.TempDir()
+	secrets := filepath.Join(work, "secrets")
+	if err := os.Mkdir(secrets, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]string{"database-url": testkit.DatabaseURL(), "redis-url": testkit.RedisURL()} {
+		if err := os.WriteFile(filepath.Join(secrets, name), []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range names {
+		t.Run(n, func(t *testing.T) {
+			dir := filepath.Join(work, "build", n)
+			if err := deploycheck.Layout(root, s, n, dir); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range []string{"Dockerfile", "build.sh", "main.go", "function/handler.go", "function/go.mod", "function/go.sum"} {
+				if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+					t.Errorf("build context lacks %s: %v", p, err)
+				}
+			}
+			bin := filepath.Join(dir, "handler")
+			var out bytes.Buffer
+			if err := deploycheck.Build(dir, bin, deploycheck.OfflineEnv, &out, &out); err != nil {
+				t.Fatalf("%v\n%s", err, out.String())
+			}
+			serve(t, bin, secrets)
+		})
+	}
+}
+
+// serve starts bin like a platform would and checks its probes.
+func serve(t *testing.T, bin, secrets string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = []string{
+		fmt.Sprintf("PORT=%d", port), "FLAGDOWN_SECRETS_DIR=" + secrets, "FLAGDOWN_REDIS_PREFIX=t:" + testkit.ID() + ":",
+		"read_timeout=5s", "write_timeout=5s", "PATH=" + os.Getenv("PATH"),
+	}
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+	})
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	deadline := time.Now().Add(20 * time.Second)
+	for _, path := range []string{"/_/health", "/_/ready"} {
+		for {
+			resp, err := http.Get(base + path)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("GET %s: not 200 within 20s (last: %v %v); process output:\n%s", path, resp, err, logs.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}

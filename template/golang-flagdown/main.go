@@ -1,0 +1,109 @@
+//go:build flagdown_openfaas
+
+// Command handler is the process of one flagdown function image, built by the golang-flagdown
+// template (template/golang-flagdown) for OpenFaaS and Knative alike.
+//
+// In the build context faas-cli lays out, function/ is the whole flagdown module (go.mod, go.sum,
+// shared/, events/, migrations/ copied by stack.yml's configuration.copy) with the function's own
+// files at its root, so the function is the module's root package, imported here as function. This
+// file carries a build constraint so it stays out of the repository's ./... packages; build.sh builds
+// it with -tags flagdown_openfaas.
+//
+// It plays the part of the OpenFaaS of-watchdog in http mode and the golang-middleware main: it
+// serves function.Handle on :$PORT (default 8080, the port OpenFaaS and Knative call), answers
+// GET /_/health (process up) and GET /_/ready (PostgreSQL and Redis reachable) for the probes, writes
+// the /tmp/.lock file exec probes look for, applies read_timeout / write_timeout, and drains requests
+// on SIGTERM for up to write_timeout.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	function "github.com/flagdown/flagdown"
+	"github.com/flagdown/flagdown/shared/app"
+)
+
+const defaultTimeout = 10 * time.Second
+
+func main() {
+	readTimeout := duration(os.Getenv("read_timeout"), defaultTimeout)
+	writeTimeout := duration(os.Getenv("write_timeout"), defaultTimeout)
+	port := os.Getenv("PORT")
+	if port == "" {
+		port = "8080"
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /_/health", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	})
+	mux.HandleFunc("GET /_/ready", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		d, err := app.Process(ctx)
+		if err == nil {
+			err = d.Ready(ctx)
+		}
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintf(w, "{\"status\":\"unavailable\",\"error\":%q}\n", err.Error())
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
+	})
+	mux.HandleFunc("/", function.Handle)
+
+	srv := &http.Server{
+		Addr:              ":" + port,
+		Handler:           mux,
+		ReadHeaderTimeout: readTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		MaxHeaderBytes:    1 << 20,
+	}
+	_ = os.WriteFile("/tmp/.lock", []byte("ok\n"), 0o644)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	log.Printf("flagdown function listening on %s", srv.Addr)
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			log.Fatalf("listen: %v", err)
+		}
+	case <-ctx.Done():
+		_ = os.Remove("/tmp/.lock")
+		sctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Printf("shutdown: %v", err)
+		}
+	}
+}
+
+// duration parses an OpenFaaS timeout: Go syntax (10s) or a whole number of seconds (10).
+func duration(v string, def time.Duration) time.Duration {
+	if v == "" {
+		return def
+	}
+	if n, err := strconv.Atoi(v); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return d
+	}
+	return def
+}
