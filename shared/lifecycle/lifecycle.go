@@ -105,13 +105,17 @@ func (s *Service) DriverOffline(ctx context.Context, driverID, reason string, ev
 			if err := pgstore.TouchRide(ctx, tx, ride.ID, "driver "+driverID+" went offline; matching again"); err != nil {
 				return err
 			}
-			_, err = pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
+			if _, err := pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
 				Type: events.RideReopened, Source: s.Source, Subject: ride.ID,
 				Data: events.RideTransitionData{RideID: ride.ID, RiderID: ride.RiderID, DriverID: driverID,
 					From: string(dispatch.RideAccepted), To: string(dispatch.RideRequested), By: string(dispatch.ActorSystem),
 					Reason: "driver_offline", At: at.UTC()},
-			})
-			return err
+			}); err != nil {
+				return err
+			}
+			// The ride is no longer his: without this his Redis state keeps the ride, and when he
+			// comes back his pings keep him "navigating" to it, out of the available set for good.
+			return s.d.Redis.LeaveRide(ctx, driverID, ride.ID)
 		case dispatch.RideInProgress:
 			if prev == dispatch.DriverOffline {
 				out = OutcomeStale // alerted already

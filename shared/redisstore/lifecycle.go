@@ -33,6 +33,21 @@ func (s *Store) MarkOffline(ctx context.Context, driverID string) (prev dispatch
 	return dispatch.DriverStatus(str(v[1])), n == 0, nil
 }
 
+// leaveRideScript takes a driver off a ride that was re-opened without him: his ride is cleared
+// (only if it is still that ride) and the ride's live position deleted. His status is left as is.
+// KEYS: driver hash, ride position. ARGV: ride id.
+var leaveRideScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'ride') == ARGV[1] then redis.call('HSET', KEYS[1], 'ride', '') end
+redis.call('DEL', KEYS[2])
+return 1
+`)
+
+// LeaveRide clears driverID's ride in Redis if it is rideID (the ride was taken from him), so that
+// his next pings make him available again instead of keeping him on a ride he no longer has.
+func (s *Store) LeaveRide(ctx context.Context, driverID, rideID string) error {
+	return unavailable(leaveRideScript.Run(ctx, s.rdb, []string{s.driverKey(driverID), s.ridePosKey(rideID)}, rideID).Err())
+}
+
 // missScript counts a missed offer, restarting the count when the last miss is older than the
 // memory. KEYS: driver hash. ARGV: now ms, memory ms.
 var missScript = redis.NewScript(`
