@@ -1,13 +1,11 @@
 package main
 
 import (
-	"errors"
 	"log/slog"
 	"os"
 
 	"github.com/spf13/cobra"
 
-	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/outbox"
 	"github.com/flagdown/flagdown/shared/pgstore"
@@ -16,18 +14,15 @@ import (
 func newRelayCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "relay",
-		Short: "Run the outbox relay alone: publish outbox rows to the broker (NATS_URL)",
-		Long: `Publishes the events transactions wrote to the outbox table to the NATS JetStream broker at
-NATS_URL, in commit order per ride, and marks them published. Wakes on LISTEN/NOTIFY with a
+		Short: "Run the outbox relay alone: publish outbox rows to the broker (K_SINK or NATS_URL)",
+		Long: `Publishes the events transactions wrote to the outbox table to the Knative Broker at K_SINK, or
+else the NATS JetStream broker at NATS_URL, in commit order per ride, and marks them published. Wakes on LISTEN/NOTIFY with a
 polling fallback (FLAGDOWN_RELAY_POLL_INTERVAL). Several copies may run at once. flagdown dev runs
 one itself; this command is for deployments where the relay is its own Deployment.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load()
 			if err != nil {
 				return err
-			}
-			if cfg.NATSURL == "" {
-				return errors.New("relay: NATS_URL must name the broker")
 			}
 			log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 			ctx := cmd.Context()
@@ -36,13 +31,13 @@ one itself; this command is for deployments where the relay is its own Deploymen
 				return err
 			}
 			defer db.Close()
-			b, err := broker.Connect(ctx, cfg.NATSURL, cfg.NATSStream, cfg.SubjectPrefix)
+			publish, closePublisher, target, err := eventPublisher(ctx, cfg)
 			if err != nil {
 				return err
 			}
-			defer b.Close()
-			log.Info("outbox relay running", "broker", cfg.NATSURL, "stream", cfg.NATSStream)
-			err = outbox.New(db, b.Publish, outbox.Options{PollInterval: cfg.RelayPollInterval, Log: log}).Run(ctx)
+			defer closePublisher()
+			log.Info("outbox relay running", "publish to", target)
+			err = outbox.New(db, publish, outbox.Options{PollInterval: cfg.RelayPollInterval, Log: log}).Run(ctx)
 			if ctx.Err() != nil {
 				return nil
 			}

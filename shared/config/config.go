@@ -24,6 +24,9 @@ type Config struct {
 	RedisPrefix string `env:"FLAGDOWN_REDIS_PREFIX" envDefault:"flagdown:"`
 	// NATSURL is the broker's URL; empty means flagdown dev starts an embedded NATS JetStream server.
 	NATSURL string `env:"NATS_URL"`
+	// EventSink is a CloudEvents HTTP endpoint the relay and the expiry source publish to instead of
+	// NATS: a Knative Broker's ingress, set by a SinkBinding.
+	EventSink string `env:"K_SINK"`
 	// NATSStream is the JetStream stream flagdown's events are published to.
 	NATSStream string `env:"FLAGDOWN_NATS_STREAM" envDefault:"FLAGDOWN"`
 	// SubjectPrefix is the NATS subject prefix; an event of type T is published on <prefix>.<T>.
