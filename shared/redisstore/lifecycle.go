@@ -12,13 +12,17 @@ import (
 )
 
 // offlineScript marks a driver offline unless his heartbeat lives again (a ping raced the expiry).
-// KEYS: heartbeat, driver hash, GEO. ARGV: driver id. Returns {0, status} when alive, {1, previous
-// status} otherwise.
+// A driver on a ride keeps the status he had (navigating or busy) in the field resume, so his first
+// ping back restores it. KEYS: heartbeat, driver hash, GEO. ARGV: driver id. Returns {0, status}
+// when alive, {1, previous status} otherwise.
 var offlineScript = redis.NewScript(`
 local st = redis.call('HGET', KEYS[2], 'status') or ''
 if redis.call('EXISTS', KEYS[1]) == 1 then return {0, st} end
 redis.call('ZREM', KEYS[3], ARGV[1])
-if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('HSET', KEYS[2], 'status', 'offline') end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('HSET', KEYS[2], 'status', 'offline')
+  if st == 'navigating' or st == 'busy' then redis.call('HSET', KEYS[2], 'resume', st) end
+end
 return {1, st}
 `)
 
@@ -37,7 +41,10 @@ func (s *Store) MarkOffline(ctx context.Context, driverID string) (prev dispatch
 // (only if it is still that ride) and the ride's live position deleted. His status is left as is.
 // KEYS: driver hash, ride position. ARGV: ride id.
 var leaveRideScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'ride') == ARGV[1] then redis.call('HSET', KEYS[1], 'ride', '') end
+if redis.call('HGET', KEYS[1], 'ride') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'ride', '')
+  redis.call('HDEL', KEYS[1], 'resume')
+end
 redis.call('DEL', KEYS[2])
 return 1
 `)

@@ -158,6 +158,7 @@ func (s *Store) OfferLock(ctx context.Context, driverID string) (string, error) 
 var assignScript = redis.NewScript(`
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[1], 'status', 'navigating', 'ride', ARGV[2])
+redis.call('HDEL', KEYS[1], 'resume')
 if redis.call('GET', KEYS[3]) == ARGV[3] then
   redis.call('DEL', KEYS[3])
   redis.call('ZREM', KEYS[5], KEYS[3])
@@ -185,6 +186,7 @@ func (s *Store) SetOnRide(ctx context.Context, driverID string) error {
 // GEO, ride position. ARGV: driver id, now ms, lat ("" keeps), lng.
 var freeScript = redis.NewScript(`
 redis.call('HSET', KEYS[1], 'status', 'available', 'ride', '', 'since', ARGV[2])
+redis.call('HDEL', KEYS[1], 'resume')
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'lat', ARGV[3], 'lng', ARGV[4]) end
 redis.call('DEL', KEYS[4])
 local p = redis.call('HMGET', KEYS[1], 'lat', 'lng')

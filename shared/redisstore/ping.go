@@ -75,7 +75,9 @@ if plat and plng and lastTs then
 end
 local prev = status
 if ride == '' and ARGV[5] ~= '' then status = ARGV[5] end
-if ride ~= '' and (status == 'available' or status == 'offline' or status == 'paused') then status = 'navigating' end
+if ride ~= '' and (status == 'available' or status == 'offline' or status == 'paused') then
+  status = redis.call('HGET', KEYS[1], 'resume') or 'navigating'
+end
 local fields = {'status', status, 'seen', ARGV[4]}
 if applied == 1 then
   table.insert(fields, 'ts'); table.insert(fields, ARGV[4])

@@ -5,7 +5,9 @@
 // Keys (all under the configured prefix P):
 //
 //	P driver:{id}        hash: status, lat, lng, ts (ms of the last accepted ping), seen (ms of the
-//	                     last ping), heading, speed, ride (active ride id), since (ms available since), rating
+//	                     last ping), heading, speed, ride (active ride id), since (ms available since), rating,
+//	                     missed / missed_at (offers let expire), resume (status to restore when a driver
+//	                     on a ride comes back online)
 //	P hb:{id}            heartbeat, value = ping time ms, TTL = heartbeat TTL
 //	P geo:available      GEO set of available drivers (member = driver id; Redis stores lng, lat)
 //	P offer:{id}         offer lock of a driver, value = the offer as JSON, TTL = offer window

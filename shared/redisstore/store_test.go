@@ -86,3 +86,35 @@ func TestAssignAndFreeDriver(t *testing.T) {
 		t.Errorf("ride position after free = %+v, want none", pos)
 	}
 }
+
+// A driver on a ride in progress who goes offline and comes back is busy again, not navigating.
+func TestDriverOnRideResumesHisStatusAfterGoingOffline(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	at := time.Now()
+	ping := func(at time.Time) redisstore.PingResult {
+		res, err := s.ApplyPings(ctx, []redisstore.Ping{{DriverID: "d1", Position: dispatch.Point{Lat: 40.75, Lng: -73.98}, At: at, Status: dispatch.DriverAvailable}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0]
+	}
+	ping(at)
+	if err := s.AssignRide(ctx, "d1", "ride-1", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetOnRide(ctx, "d1"); err != nil {
+		t.Fatal(err)
+	}
+	s.Client().Del(ctx, s.Prefix()+"hb:d1") // the heartbeat expired
+	prev, alive, err := s.MarkOffline(ctx, "d1")
+	if err != nil || alive || prev != dispatch.DriverBusy {
+		t.Fatalf("MarkOffline = %q, alive %v, %v; want busy, false", prev, alive, err)
+	}
+	if got := ping(at.Add(time.Second)).Status; got != dispatch.DriverBusy {
+		t.Errorf("status after coming back = %q, want busy", got)
+	}
+	if in, _ := s.InAvailableSet(ctx, "d1"); in {
+		t.Errorf("a driver on a ride is in the available set")
+	}
+}
