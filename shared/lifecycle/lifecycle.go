@@ -81,7 +81,7 @@ func (s *Service) DriverOffline(ctx context.Context, driverID, reason string, ev
 			return nil
 		}
 		now := time.Now().UTC()
-		if prev != dispatch.DriverOffline {
+		if prev != dispatch.DriverOffline && prev != "" { // "": Redis knew nothing of him
 			if _, err := pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
 				Type: events.DriverStatusChanged, Source: s.Source, Subject: driverID,
 				Data: events.DriverStatusChangedData{DriverID: driverID, From: string(prev), To: string(dispatch.DriverOffline), Reason: reason, At: now},
