@@ -24,7 +24,14 @@ Simulated drivers start at real pickup positions, go online and ping POST /funct
 (batched, like a gateway aggregator); they accept or decline the offers they see in the ping answers,
 drive straight-line to the pickup and the dropoff, and start and complete their rides. Each trip in the
 window becomes an order-create at its real pickup time. Simulated time runs --speedup times faster than
-wall time. At the end a summary table is printed and written as JSON to --summary.`,
+wall time; the platform's timers (offer window, heartbeat TTL, match retries) are wall time.
+
+Drivers misbehave on purpose: a driver ignores an offer with probability --no-answer-prob (the platform
+times it out and offers the ride to the next driver), and drops offline for good with probability
+--offline-prob per simulated hour of his shift (he stops pinging; an ACCEPTED ride he was driving to is
+re-opened by the platform after its heartbeat TTL). At the end a summary table is printed and written as
+JSON to --summary, including offer_timeouts, rematches, drivers_went_offline, rides_unmatched (final
+status UNMATCHED) and rides_never_matched (still REQUESTED).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Minutes = float64(minutes)
@@ -43,9 +50,13 @@ wall time. At the end a summary table is printed and written as JSON to --summar
 	f.IntVar(&minutes, "minutes", int(o.Minutes), "replayed window, simulated minutes from the first pickup")
 	f.Float64Var(&o.Speedup, "speedup", o.Speedup, "simulated seconds per wall second")
 	f.DurationVar(&o.PingInterval, "ping-interval", o.PingInterval, "driver ping interval, simulated time")
-	f.Float64Var(&o.AcceptProb, "accept-prob", o.AcceptProb, "probability a driver accepts an offer (else declines), 0..1")
+	f.Float64Var(&o.AcceptProb, "accept-prob", o.AcceptProb, "probability a driver accepts an offer he answers (else declines), 0..1")
+	f.Float64Var(&o.NoAnswerProb, "no-answer-prob", o.NoAnswerProb, "probability, per offer, that a driver ignores it (neither accepts nor declines; the platform times it out), 0..1")
+	f.Float64Var(&o.OfflineProbPerHour, "offline-prob", o.OfflineProbPerHour,
+		"probability that a driver drops offline for good (stops pinging) within any one simulated hour of his shift, 0..1 excluded; "+
+			"a driver carrying a passenger drops after that ride")
 	f.Float64Var(&o.DriverSpeedMPS, "driver-speed-mps", o.DriverSpeedMPS, "straight-line driving speed, metres per simulated second")
-	f.Uint64Var(&o.Seed, "seed", o.Seed, "random seed (driver positions, think times, accept decisions)")
+	f.Uint64Var(&o.Seed, "seed", o.Seed, "random seed (driver positions, think times, accept, no-answer and offline draws)")
 	f.StringVar(&o.SummaryPath, "summary", o.SummaryPath, "where to write the summary JSON (empty: none)")
 	f.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "HTTP workers (and idle connections kept to the platform)")
 	f.DurationVar(&o.Drain, "drain", o.Drain, "extra simulated time after the last order to let rides finish matching")

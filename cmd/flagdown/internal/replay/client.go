@@ -230,12 +230,21 @@ func (c *client) rideAction(ctx context.Context, rideID, action, driverID string
 type RideView struct {
 	// RideID identifies the ride.
 	RideID string `json:"ride_id"`
-	// Status is the ride's status (REQUESTED, ACCEPTED, IN_PROGRESS, COMPLETED, CANCELLED).
+	// Status is the ride's status (REQUESTED, ACCEPTED, IN_PROGRESS, COMPLETED, CANCELLED, UNMATCHED).
 	Status string `json:"status"`
+	// DriverID is the ride's driver; empty while REQUESTED (a re-opened ride has its driver cleared).
+	DriverID string `json:"driver_id"`
+	// MatchAttempts is how many match attempts the platform made for the ride.
+	MatchAttempts int `json:"match_attempts"`
+	// MatchNote is why the latest match attempt offered nobody, if it did not.
+	MatchNote string `json:"match_note"`
 	// CreatedAt is the server's wall-clock creation time.
 	CreatedAt *time.Time `json:"created_at"`
 	// FirstOfferedAt is the server's wall-clock time of the ride's first offer; nil if never offered.
 	FirstOfferedAt *time.Time `json:"first_offered_at"`
+	// AcceptedAt is the server's wall-clock time of the latest accept; nil if never accepted. It is
+	// kept when the ride is re-opened, so REQUESTED or UNMATCHED with AcceptedAt set means re-opened.
+	AcceptedAt *time.Time `json:"accepted_at"`
 }
 
 // getRide fetches one ride.

@@ -2,8 +2,11 @@ package replay
 
 import (
 	"bytes"
+	"container/heap"
+	"context"
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -183,6 +186,9 @@ func TestSummaryJSONKeys(t *testing.T) {
 		"offer_latency_p50_ms", "offer_latency_p99_ms", "offer_latency_count",
 		"pings_total", "pings_per_s", "gps_rejected", "wall_seconds", "drivers", "speedup", "window_minutes",
 		"ping_interval_s", "accept_prob", "driver_speed_mps", "drain_s", "seed", "concurrency", "batch_size",
+		"offer_timeouts", "offers_ignored", "rematches", "rides_reoffered", "rides_reopened", "drivers_went_offline",
+		"offline_rides_abandoned", "offline_rides_reopened", "offline_rides_rematched", "rides_never_matched",
+		"final_status_known", "no_answer_prob", "offline_prob_per_h", "ride_status_counts", "accept_conflict_reasons",
 	} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("summary JSON lacks %q", k)
@@ -190,6 +196,19 @@ func TestSummaryJSONKeys(t *testing.T) {
 	}
 	if m["match_rate"] != 0.0 || m["time_to_match_p50_s"] != 0.0 {
 		t.Errorf("empty summary: match_rate %v p50 %v", m["match_rate"], m["time_to_match_p50_s"])
+	}
+	for _, k := range []string{"offer_timeouts", "rematches", "drivers_went_offline", "rides_unmatched", "rides_never_matched"} {
+		if m[k] != 0.0 {
+			t.Errorf("empty summary: %s = %v", k, m[k])
+		}
+	}
+	if m["no_answer_prob"] != 0.05 || m["offline_prob_per_h"] != 0.02 {
+		t.Errorf("defaults in the JSON: no_answer_prob %v offline_prob_per_h %v", m["no_answer_prob"], m["offline_prob_per_h"])
+	}
+	for _, k := range []string{"ride_status_counts", "accept_conflict_reasons", "http_errors"} {
+		if _, ok := m[k].(map[string]any); !ok {
+			t.Errorf("%s is %v, want an object", k, m[k])
+		}
 	}
 	var buf bytes.Buffer
 	s.WriteTable(&buf)
@@ -206,8 +225,9 @@ func TestSummaryFromRides(t *testing.T) {
 	s.rides["d"] = &ride{requested: true}
 	s.rides["other"] = &ride{offered: true, accepted: true} // offered to our driver, not created by us
 	sum := s.summary(4, 0, 2*time.Second)
+	// Without a final GET nothing is known to be UNMATCHED or still REQUESTED.
 	if sum.RidesRequested != 4 || sum.RidesOffered != 3 || sum.RidesMatched != 2 || sum.RidesAccepted != 2 ||
-		sum.RidesCompleted != 1 || sum.RidesUnmatched != 2 || sum.MatchRate != 0.5 {
+		sum.RidesCompleted != 1 || sum.RidesUnmatched != 0 || sum.RidesNeverMatched != 0 || sum.MatchRate != 0.5 || sum.FinalStatusKnown {
 		t.Fatalf("%+v", sum)
 	}
 	if sum.TimeToMatchP50S != 6 || sum.TimeToMatchP99S != 10 || sum.PickupDistanceMeanM != 400 || sum.PickupDistanceP95M != 500 {
@@ -330,6 +350,300 @@ func TestSpreadMinuteStaysInItsMinute(t *testing.T) {
 	for i := range got {
 		if !got[i].PickupTime.Equal(again[i].PickupTime) {
 			t.Fatalf("not deterministic at %d", i)
+		}
+	}
+}
+
+// newTestSim is a scheduler-side sim without workers or platform: submit drops jobs (closed), so
+// only the client-visible bookkeeping runs.
+func newTestSim(o Options) *sim {
+	return &sim{
+		opts: o, ctx: context.Background(), origin: time.Now(), closed: true,
+		rides: map[string]*ride{}, conflictReasons: map[string]int{}, httpErrors: map[string]int{},
+	}
+}
+
+func testDriver(id string, i int, o Options) *driver {
+	return &driver{id: id, rng: rand.New(rand.NewPCG(o.Seed, uint64(i)+1)), fate: newFateRand(o.Seed, i), seen: map[string]bool{}}
+}
+
+func TestOfflineAfter(t *testing.T) {
+	if _, ok := OfflineAfter(0.5, 0); ok {
+		t.Error("perHour 0 must never drop")
+	}
+	for _, p := range []float64{-0.1, 1, math.NaN()} {
+		if _, ok := OfflineAfter(0.5, p); ok {
+			t.Errorf("perHour %v accepted", p)
+		}
+	}
+	if d, ok := OfflineAfter(0, 0.02); !ok || d != 0 {
+		t.Errorf("u=0: %v %v, want 0 true", d, ok)
+	}
+	// u = p is exactly the one-hour quantile: P(drop within 1 h) = p.
+	if d, ok := OfflineAfter(0.02, 0.02); !ok || math.Abs(d.Hours()-1) > 1e-9 {
+		t.Errorf("u=p: %v, want 1h", d)
+	}
+	// Two hours: 1 − (1−p)².
+	if d, _ := OfflineAfter(1-0.98*0.98, 0.02); math.Abs(d.Hours()-2) > 1e-9 {
+		t.Errorf("two-hour quantile %v", d)
+	}
+	prev := time.Duration(-1)
+	for _, u := range []float64{0, 0.001, 0.01, 0.1, 0.5} {
+		d, ok := OfflineAfter(u, 0.3)
+		if !ok || d <= prev {
+			t.Fatalf("u=%v: %v %v not increasing", u, d, ok)
+		}
+		prev = d
+	}
+	if _, ok := OfflineAfter(math.Nextafter(1, 0), 1e-9); ok {
+		t.Error("a drop beyond 10,000 h must count as never")
+	}
+}
+
+func TestFateDrawsSeededAndDeterministic(t *testing.T) {
+	const n = 200_000
+	a, b, other := newFateRand(7, 3), newFateRand(7, 3), newFateRand(7, 4)
+	orig := rand.New(rand.NewPCG(7, 3+1)) // driver 3's think/accept stream
+	sameOther, sameOrig, noAnswer := 0, 0, 0
+	for range n {
+		x, y, z, w := a.Float64(), b.Float64(), other.Float64(), orig.Float64()
+		if x != y {
+			t.Fatal("same seed and driver drew differently")
+		}
+		if x == z {
+			sameOther++
+		}
+		if x == w {
+			sameOrig++
+		}
+	}
+	if sameOther > 0 || sameOrig > 0 {
+		t.Errorf("fate stream shared draws with another driver (%d) or the think/accept stream (%d)", sameOther, sameOrig)
+	}
+	r := newFateRand(1, 0)
+	for range n {
+		if drawNoAnswer(r, 0.05) {
+			noAnswer++
+		}
+	}
+	if rate := float64(noAnswer) / n; math.Abs(rate-0.05) > 0.003 {
+		t.Errorf("no-answer rate %v, want 0.05", rate)
+	}
+	r0, r1 := newFateRand(1, 0), newFateRand(1, 0)
+	for range 1000 {
+		if drawNoAnswer(r0, 0) || !drawNoAnswer(r1, 1) {
+			t.Fatal("p=0 must never and p=1 must always ignore")
+		}
+	}
+	// Over drivers: the share dropping within one simulated hour is p, within 22 minutes 1−(1−p)^(22/60).
+	within1h, within22m := 0, 0
+	for i := range n {
+		d, ok := drawOffline(newFateRand(1, i), 0.02)
+		if ok && d <= time.Hour {
+			within1h++
+		}
+		if ok && d <= 22*time.Minute {
+			within22m++
+		}
+	}
+	if rate := float64(within1h) / n; math.Abs(rate-0.02) > 0.0015 {
+		t.Errorf("dropped within 1 h: %v, want 0.02", rate)
+	}
+	if rate, want := float64(within22m)/n, 1-math.Pow(0.98, 22.0/60); math.Abs(rate-want) > 0.001 {
+		t.Errorf("dropped within 22 min: %v, want %v", rate, want)
+	}
+	d1, ok1 := drawOffline(newFateRand(9, 5), 0.5)
+	d2, ok2 := drawOffline(newFateRand(9, 5), 0.5)
+	if d1 != d2 || ok1 != ok2 {
+		t.Error("offline draw not deterministic")
+	}
+}
+
+func TestValidateNewProbabilities(t *testing.T) {
+	for _, c := range []struct {
+		noAnswer, offline float64
+		ok                bool
+	}{{0, 0, true}, {1, 0.999, true}, {0.05, 0.02, true}, {-0.1, 0, false}, {1.1, 0, false}, {math.NaN(), 0, false},
+		{0, 1, false}, {0, -0.01, false}, {0, math.NaN(), false}} {
+		o := DefaultOptions()
+		o.NoAnswerProb, o.OfflineProbPerHour = c.noAnswer, c.offline
+		if err := o.validate(); (err == nil) != c.ok {
+			t.Errorf("no-answer %v offline %v: err %v, want ok %v", c.noAnswer, c.offline, err, c.ok)
+		}
+	}
+}
+
+// TestIgnoredOfferTimesOut: an ignored offer counts as timed out when it vanishes from the driver's
+// ping answers, or when its ride is offered to another driver later (not earlier).
+func TestIgnoredOfferTimesOut(t *testing.T) {
+	o := DefaultOptions()
+	o.NoAnswerProb = 1
+	s := newTestSim(o)
+	a, b := testDriver("a", 0, o), testDriver("b", 1, o)
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	offer := func(id, ride string, exp time.Time) *Offer {
+		return &Offer{OfferID: id, RideID: ride, ExpiresAt: exp.Format(time.RFC3339Nano)}
+	}
+	s.pingResults([]*driver{a}, []PingResult{{DriverID: "a", Status: "available", Offer: offer("o1", "r1", base)}}, nil)
+	s.pingResults([]*driver{a}, []PingResult{{DriverID: "a", Status: "available", Offer: offer("o1", "r1", base)}}, nil)
+	if s.offersIgnored != 1 || s.offerTimeouts != 0 || a.ignoring == nil {
+		t.Fatalf("after seeing o1 twice: ignored %d timeouts %d", s.offersIgnored, s.offerTimeouts)
+	}
+	s.pingResults([]*driver{a}, []PingResult{{DriverID: "a", Status: "available"}}, nil) // o1 vanished
+	if s.offerTimeouts != 1 || a.ignoring != nil {
+		t.Fatalf("vanished offer not counted: timeouts %d", s.offerTimeouts)
+	}
+	// b ignores o2 on r2; a is offered r2 by an offer expiring earlier (older): no timeout of o2 yet.
+	s.pingResults([]*driver{b}, []PingResult{{DriverID: "b", Offer: offer("o2", "r2", base.Add(time.Minute))}}, nil)
+	s.pingResults([]*driver{a}, []PingResult{{DriverID: "a", Offer: offer("o0", "r2", base.Add(30*time.Second))}}, nil)
+	if s.offerTimeouts != 1 {
+		t.Fatalf("an older offer to another driver confirmed o2: timeouts %d", s.offerTimeouts)
+	}
+	// c is offered r2 later than both: o2 (b) and o0 (a) timed out.
+	c := testDriver("c", 2, o)
+	s.pingResults([]*driver{c}, []PingResult{{DriverID: "c", Offer: offer("o3", "r2", base.Add(2*time.Minute))}}, nil)
+	if s.offerTimeouts != 3 || s.offersIgnored != 4 {
+		t.Fatalf("later offer to another driver: timeouts %d ignored %d, want 3, 4", s.offerTimeouts, s.offersIgnored)
+	}
+	if r := s.rides["r2"]; len(r.offeredTo) != 3 || !r.offered {
+		t.Fatalf("r2 offered to %v", r.offeredTo)
+	}
+	sum := s.summary(0, 0, 0)
+	if sum.OffersIgnored != 4 || sum.OfferTimeouts != 3 || sum.OffersTotal != 4 || sum.RidesReoffered != 0 {
+		t.Fatalf("summary ignored %d timeouts %d offers %d", sum.OffersIgnored, sum.OfferTimeouts, sum.OffersTotal)
+	}
+}
+
+// TestDropOffline: a driver on his way to a pickup abandons the ride and stops pinging; one carrying a
+// passenger drops when the ride ends; a pending decision of a dropped driver is an ignored offer.
+func TestDropOffline(t *testing.T) {
+	o := DefaultOptions()
+	s := newTestSim(o)
+	now := s.now()
+	toPickup, carrying, idle := testDriver("p", 0, o), testDriver("c", 1, o), testDriver("i", 2, o)
+	s.drivers = []*driver{toPickup, carrying, idle}
+	s.ride("r1").requested = true
+	toPickup.state, toPickup.rideID = stToPickup, "r1"
+	r1 := s.ride("r1")
+	r1.accepted, r1.accepts, r1.acceptedBy = true, 1, "p"
+	s.drive(toPickup, now, LatLng{40.75, -73.98}, func() { t.Error("an abandoned leg arrived") })
+	carrying.state, carrying.rideID = stToDropoff, "r2"
+
+	for _, d := range s.drivers {
+		s.dropOffline(d)
+	}
+	if !toPickup.offline || !idle.offline || carrying.offline || !carrying.dropDue || s.driversOffline != 2 {
+		t.Fatalf("offline p %v i %v c %v (due %v), count %d", toPickup.offline, idle.offline, carrying.offline, carrying.dropDue, s.driversOffline)
+	}
+	if !r1.abandoned || r1.abandonments != 1 || r1.abandonedBy != "p" || r1.matched() {
+		t.Fatalf("r1 %+v", r1)
+	}
+	s.rideEnded(carrying)
+	if !carrying.offline || s.driversOffline != 3 {
+		t.Fatal("the carrying driver did not drop after his ride")
+	}
+	for len(s.events) > 0 { // the abandoned leg's arrival must be a no-op
+		heap.Pop(&s.events).(event).fn()
+	}
+	// Offline drivers are not pinged.
+	s.pingDue(time.Hour)
+	for _, d := range s.drivers {
+		if d.inFlight {
+			t.Errorf("offline driver %s pinged", d.id)
+		}
+	}
+	// A decision due after the drop leaves the offer unanswered.
+	s.decide(idle, Offer{OfferID: "o9", RideID: "r9"}, true)
+	if s.offersIgnored != 1 || idle.state != stIdle {
+		t.Fatalf("pending decision of a dropped driver: ignored %d state %v", s.offersIgnored, idle.state)
+	}
+}
+
+func TestRideReopenedAndMatched(t *testing.T) {
+	at := time.Now()
+	for _, c := range []struct {
+		name               string
+		r                  ride
+		reopened, matched  bool
+		rematchedAfterDrop bool
+	}{
+		{"plain accept", ride{accepted: true, accepts: 1, acceptedBy: "a"}, false, true, false},
+		{"final ACCEPTED same driver", ride{accepted: true, accepts: 1, acceptedBy: "a", final: &RideView{Status: "ACCEPTED", DriverID: "a", AcceptedAt: &at}}, false, true, false},
+		{"accepted twice", ride{accepted: true, accepts: 2, acceptedBy: "b"}, true, true, false},
+		{"offered after accept", ride{accepted: true, accepts: 1, acceptedBy: "a", offeredAfterAccept: true}, true, true, false},
+		{"final REQUESTED after accept", ride{accepted: true, accepts: 1, acceptedBy: "a", final: &RideView{Status: "REQUESTED", AcceptedAt: &at}}, true, false, false},
+		{"final UNMATCHED after accept", ride{accepted: true, accepts: 1, acceptedBy: "a", final: &RideView{Status: "UNMATCHED", AcceptedAt: &at}}, true, false, false},
+		{"final other driver", ride{accepted: true, accepts: 1, acceptedBy: "a", final: &RideView{Status: "COMPLETED", DriverID: "z", AcceptedAt: &at}}, true, true, false},
+		{"never accepted, REQUESTED", ride{final: &RideView{Status: "REQUESTED"}}, false, false, false},
+		{"abandoned, not yet re-opened", ride{accepted: true, accepts: 1, acceptedBy: "a", abandoned: true, abandonments: 1, abandonedBy: "a",
+			final: &RideView{Status: "ACCEPTED", DriverID: "a", AcceptedAt: &at}}, false, false, false},
+		{"abandoned, re-matched", ride{accepted: true, accepts: 2, acceptedBy: "b", abandonments: 1, abandonedBy: "a", rematchedAfterAbandon: true}, true, true, true},
+		{"abandoned, final other driver", ride{accepted: true, accepts: 1, acceptedBy: "a", abandoned: true, abandonments: 1, abandonedBy: "a",
+			final: &RideView{Status: "IN_PROGRESS", DriverID: "b", AcceptedAt: &at}}, true, false, true},
+	} {
+		if got := c.r.reopened(); got != c.reopened {
+			t.Errorf("%s: reopened %v", c.name, got)
+		}
+		if got := c.r.matched(); got != c.matched {
+			t.Errorf("%s: matched %v", c.name, got)
+		}
+		if got := c.r.rematchedAfterOffline(); got != c.rematchedAfterDrop {
+			t.Errorf("%s: rematched after offline %v", c.name, got)
+		}
+	}
+}
+
+func TestSummaryTimeoutFigures(t *testing.T) {
+	s := newTestSim(DefaultOptions())
+	at := time.Now()
+	two := map[string]bool{"a": true, "b": true}
+	s.rides["ok"] = &ride{requested: true, requestedAt: 10 * time.Second, offered: true, offeredTo: map[string]bool{"a": true},
+		accepted: true, accepts: 1, acceptedBy: "a", acceptedAt: 14 * time.Second, pickupDistM: 100,
+		final: &RideView{Status: "COMPLETED", DriverID: "a", AcceptedAt: &at}}
+	// Declined or timed out by a, accepted by b: re-offered, time to match runs to b's accept.
+	s.rides["reoffered"] = &ride{requested: true, requestedAt: 0, offered: true, offeredTo: two,
+		accepted: true, accepts: 1, acceptedBy: "b", acceptedAt: 30 * time.Second, pickupDistM: 300,
+		final: &RideView{Status: "ACCEPTED", DriverID: "b", AcceptedAt: &at}}
+	// Accepted by a, who dropped offline; re-opened and accepted by b 100 s after the request.
+	s.rides["rematched"] = &ride{requested: true, requestedAt: 0, offered: true, offeredTo: two,
+		accepted: true, accepts: 2, acceptedBy: "b", acceptedAt: 100 * time.Second, pickupDistM: 500,
+		offeredAfterAccept: true, abandonments: 1, abandonedBy: "a", rematchedAfterAbandon: true,
+		final: &RideView{Status: "IN_PROGRESS", DriverID: "b", AcceptedAt: &at}}
+	// Accepted by c, who dropped offline; re-opened, still REQUESTED at the end.
+	s.rides["reopened"] = &ride{requested: true, offered: true, offeredTo: map[string]bool{"c": true},
+		accepted: true, accepts: 1, acceptedBy: "c", acceptedAt: 5 * time.Second, abandoned: true, abandonments: 1, abandonedBy: "c",
+		final: &RideView{Status: "REQUESTED", AcceptedAt: &at}}
+	s.rides["unmatched"] = &ride{requested: true, offered: true, offeredTo: map[string]bool{"d": true}, final: &RideView{Status: "UNMATCHED"}}
+	s.rides["waiting"] = &ride{requested: true, final: &RideView{Status: "REQUESTED"}}
+	s.rides["notours"] = &ride{offered: true, offeredTo: two, accepted: true, accepts: 2}
+	s.offersIgnored, s.offerTimeouts, s.driversOffline, s.fetched = 7, 5, 3, true
+	s.statusCounts = map[string]int{"COMPLETED": 1, "ACCEPTED": 1, "IN_PROGRESS": 1, "REQUESTED": 2, "UNMATCHED": 1}
+	sum := s.summary(6, 0, time.Second)
+	want := map[string][2]int{
+		"requested": {sum.RidesRequested, 6}, "offered": {sum.RidesOffered, 5}, "accepted": {sum.RidesAccepted, 4},
+		"matched": {sum.RidesMatched, 3}, "unmatched": {sum.RidesUnmatched, 1}, "never matched": {sum.RidesNeverMatched, 2},
+		"offers ignored": {sum.OffersIgnored, 7}, "offer timeouts": {sum.OfferTimeouts, 5},
+		"re-offered": {sum.RidesReoffered, 2}, "re-opened": {sum.RidesReopened, 2}, "rematches": {sum.Rematches, 3},
+		"offline": {sum.DriversWentOffline, 3}, "abandoned": {sum.OfflineRidesAbandoned, 2},
+		"abandoned re-opened": {sum.OfflineRidesReopened, 2}, "abandoned re-matched": {sum.OfflineRidesRematched, 1},
+		"ttm count": {sum.TimeToMatchCount, 3},
+	}
+	for k, v := range want {
+		if v[0] != v[1] {
+			t.Errorf("%s = %d, want %d", k, v[0], v[1])
+		}
+	}
+	if sum.MatchRate != 0.5 || sum.TimeToMatchP50S != 30 || sum.TimeToMatchP99S != 100 || sum.PickupDistanceMeanM != 300 {
+		t.Errorf("match rate %v ttm p50 %v p99 %v dist %v", sum.MatchRate, sum.TimeToMatchP50S, sum.TimeToMatchP99S, sum.PickupDistanceMeanM)
+	}
+	if !sum.FinalStatusKnown {
+		t.Error("final status known")
+	}
+	var buf bytes.Buffer
+	sum.WriteTable(&buf)
+	for _, row := range []string{"offers ignored / timed out", "7 / 5", "rematches", "3 rides", "drivers went offline", "1 UNMATCHED, 2 still REQUESTED"} {
+		if !strings.Contains(buf.String(), row) {
+			t.Errorf("table lacks %q:\n%s", row, buf.String())
 		}
 	}
 }

@@ -2,7 +2,12 @@
 // simulated drivers ping their positions, see offers in the ping answers, accept or decline, drive
 // straight-line to the pickup and the dropoff; simulated riders create one order per trip at its real
 // pickup time. Simulated time runs Speedup times faster than wall time; the platform's own timers
-// (offer window, heartbeat TTL) are wall time.
+// (offer window, heartbeat TTL, match retries) are wall time.
+//
+// Drivers misbehave on purpose: with NoAnswerProb a driver ignores an offer (neither accepts nor
+// declines, so the platform times it out and offers the ride to the next driver), and with
+// OfflineProbPerHour he stops pinging for good (the platform takes him offline after its heartbeat TTL
+// and re-opens an ACCEPTED ride of his). The summary counts what the client can see of both.
 package replay
 
 import (
@@ -64,11 +69,23 @@ type Options struct {
 	Speedup float64
 	// PingInterval is each driver's ping interval, simulated time.
 	PingInterval time.Duration
-	// AcceptProb is the probability (0..1) a driver accepts an offer; otherwise he declines.
+	// AcceptProb is the probability (0..1) a driver accepts an offer he answers; otherwise he declines.
 	AcceptProb float64
+	// NoAnswerProb is the probability (0..1), drawn per offer before AcceptProb, that the driver ignores
+	// the offer: he neither accepts nor declines, and the platform times it out after its offer window
+	// (FLAGDOWN_OFFER_WINDOW, wall time).
+	NoAnswerProb float64
+	// OfflineProbPerHour is the probability (0..1, 1 excluded) that a driver drops offline for good
+	// within any one simulated hour of his shift (constant hazard −ln(1−p) per simulated hour, counted
+	// from his first ping). A dropped driver stops pinging and answering: he abandons an offer he holds
+	// and an ACCEPTED ride he is driving to (the platform re-opens it once his heartbeat TTL,
+	// FLAGDOWN_HEARTBEAT_TTL wall time, lapses). A driver carrying a passenger (start sent, or driving to
+	// the dropoff) completes that ride first and drops right after.
+	OfflineProbPerHour float64
 	// DriverSpeedMPS is the straight-line driving speed, metres per simulated second.
 	DriverSpeedMPS float64
-	// Seed seeds every random draw (driver start positions, think times, accept decisions).
+	// Seed seeds every random draw (driver start positions, think times, accept, no-answer and
+	// offline decisions).
 	Seed uint64
 	// SummaryPath is where the summary JSON is written; empty writes none.
 	SummaryPath string
@@ -95,22 +112,24 @@ type Options struct {
 // DefaultOptions returns the flag defaults of `flagdown replay`.
 func DefaultOptions() Options {
 	return Options{
-		URL:            "http://127.0.0.1:8080",
-		TripsPath:      "testdata/trips.csv",
-		Drivers:        2000,
-		Minutes:        20,
-		Speedup:        8,
-		PingInterval:   4 * time.Second,
-		AcceptProb:     0.9,
-		DriverSpeedMPS: 8,
-		Seed:           1,
-		SummaryPath:    "demo-summary.json",
-		Concurrency:    32,
-		Drain:          2 * time.Minute,
-		BatchSize:      200,
-		CheckURL:       true,
-		SpreadMinute:   true,
-		Progress:       true,
+		URL:                "http://127.0.0.1:8080",
+		TripsPath:          "testdata/trips.csv",
+		Drivers:            2000,
+		Minutes:            20,
+		Speedup:            8,
+		PingInterval:       4 * time.Second,
+		AcceptProb:         0.9,
+		NoAnswerProb:       0.05,
+		OfflineProbPerHour: 0.02,
+		DriverSpeedMPS:     8,
+		Seed:               1,
+		SummaryPath:        "demo-summary.json",
+		Concurrency:        32,
+		Drain:              2 * time.Minute,
+		BatchSize:          200,
+		CheckURL:           true,
+		SpreadMinute:       true,
+		Progress:           true,
 	}
 }
 
@@ -128,6 +147,10 @@ func (o *Options) validate() error {
 		return errors.New("ping-interval must be > 0")
 	case !(o.AcceptProb >= 0 && o.AcceptProb <= 1):
 		return errors.New("accept-prob must be within 0..1")
+	case !(o.NoAnswerProb >= 0 && o.NoAnswerProb <= 1):
+		return errors.New("no-answer-prob must be within 0..1")
+	case !(o.OfflineProbPerHour >= 0 && o.OfflineProbPerHour < 1):
+		return errors.New("offline-prob must be within 0..1 (1 excluded: it is a per-hour probability)")
 	case !(o.DriverSpeedMPS > 0):
 		return errors.New("driver-speed-mps must be > 0")
 	case o.Concurrency < 1:
@@ -161,6 +184,12 @@ type driver struct {
 	nextPing time.Duration
 	rng      *rand.Rand
 	seen     map[string]bool // offer ids handled
+	fate     *rand.Rand      // no-answer and offline draws (a stream of their own)
+	offline  bool            // dropped for good: no more pings, offers or actions
+	// dropDue is set when his drop time came while he carried a passenger: he drops when that ride ends.
+	dropDue bool
+	// ignoring is the offer he is ignoring until it vanishes from his ping answers (nil when none).
+	ignoring *ignoredOffer
 }
 
 func (d *driver) position(t time.Duration) LatLng {
@@ -174,10 +203,94 @@ type ride struct {
 	requested   bool
 	requestedAt time.Duration // simulated
 	offered     bool
-	accepted    bool
-	acceptedAt  time.Duration // simulated
-	pickupDistM float64
+	offeredTo   map[string]bool // distinct drivers seen offered this ride in their ping answers
+	accepted    bool            // at least one accept answered 200
+	accepts     int             // accepts answered 200 (more than one: re-opened and matched again)
+	acceptedAt  time.Duration   // simulated, of the latest successful accept
+	acceptedBy  string          // driver of the latest successful accept
+	acceptedExp time.Time       // expires_at of the offer accepted latest (zero if unparsable)
+	pickupDistM float64         // offer distance_m of the latest successful accept
 	completed   bool
+	// offeredAfterAccept: another driver saw an offer of it created after the latest accept (its
+	// expires_at is later than the accepted offer's), so the platform re-opened it.
+	offeredAfterAccept bool
+	// abandoned: the driver of the latest accept dropped offline before starting it.
+	abandoned    bool
+	abandonments int    // accepts abandoned by a driver dropping offline
+	abandonedBy  string // driver of the latest abandonment
+	// rematchedAfterAbandon: a different driver accepted it after an abandonment.
+	rematchedAfterAbandon bool
+	ignored               []*ignoredOffer // offers of it that a driver ignored
+	final                 *RideView       // end-of-run GET /function/ride/{id}; nil when not fetched
+}
+
+// ignoredOffer is an offer a simulated driver left unanswered (no-answer draw, or he dropped offline
+// holding it).
+type ignoredOffer struct {
+	offerID, driverID string
+	expiresAt         time.Time // the offer's expires_at (zero if unparsable)
+	timedOut          bool      // seen to time out: vanished from his ping answers, or ride offered to another driver after it
+}
+
+// Final ride statuses the summary tells apart (dispatch.RideStatus values as the API spells them).
+const (
+	statusRequested = "REQUESTED"
+	statusUnmatched = "UNMATCHED"
+)
+
+// reopened reports whether the ride was seen re-opened after an accept: a second successful accept,
+// an offer created after the accept, or a final GET showing it REQUESTED/UNMATCHED with accepted_at set
+// or held by a driver other than the latest accepter.
+func (r *ride) reopened() bool {
+	if r.accepts > 1 || r.offeredAfterAccept {
+		return true
+	}
+	f := r.final
+	if f == nil {
+		return false
+	}
+	if f.AcceptedAt != nil && (f.Status == statusRequested || f.Status == statusUnmatched) {
+		return true
+	}
+	return r.acceptedBy != "" && f.DriverID != "" && f.DriverID != r.acceptedBy
+}
+
+// matched reports whether the ride's latest accept stuck: accepted, not abandoned by a driver who
+// dropped offline, and not back to REQUESTED/UNMATCHED in the final GET.
+func (r *ride) matched() bool {
+	if !r.accepted || r.abandoned {
+		return false
+	}
+	return r.final == nil || (r.final.Status != statusRequested && r.final.Status != statusUnmatched)
+}
+
+// rematchedAfterOffline reports whether a ride abandoned by a driver who dropped offline was accepted
+// by another driver afterwards (a successful accept seen, or the final GET naming another driver).
+func (r *ride) rematchedAfterOffline() bool {
+	if r.abandonments == 0 {
+		return false
+	}
+	if r.rematchedAfterAbandon {
+		return true
+	}
+	f := r.final
+	return f != nil && f.DriverID != "" && f.DriverID != r.abandonedBy &&
+		f.Status != statusRequested && f.Status != statusUnmatched
+}
+
+// parseExpiry parses an offer's expires_at; zero when absent or malformed.
+func parseExpiry(s string) time.Time {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// laterOffer reports whether an offer expiring at a was created after one expiring at b (all offers
+// have the same window); unknown times count as later (ping answers arrive in order).
+func laterOffer(a, b time.Time) bool {
+	return a.IsZero() || b.IsZero() || a.After(b)
 }
 
 type event struct {
@@ -234,6 +347,14 @@ type sim struct {
 	inbox   []func()
 
 	pingsTotal, pingRequests, pingsSkipped, gpsRejected, staleRejected atomic.Int64
+
+	offersIgnored  int
+	offerTimeouts  int
+	driversOffline int
+	fetched        bool // the end-of-run GET of every ride ran
+	fetchErrs      int
+	offerLatMs     []float64
+	statusCounts   map[string]int
 
 	ridesRejected    int
 	rejectedExamples []string
@@ -382,17 +503,23 @@ func Run(ctx context.Context, opts Options, out io.Writer) (*Summary, error) {
 	}
 	starts := DrawDriverStarts(all, opts.Drivers, opts.Seed)
 	warmup := opts.PingInterval // every driver is online before the first order
+	lastOffset := trips[len(trips)-1].PickupTime.Sub(s.t0)
+	end := lastOffset + opts.Drain
 	for i, p := range starts {
-		s.drivers = append(s.drivers, &driver{
+		d := &driver{
 			id:       fmt.Sprintf("replay-%d-%s-d%d", opts.Seed, opts.RunID, i),
 			pos:      p,
 			nextPing: -warmup + time.Duration(int64(opts.PingInterval)*int64(i)/int64(len(starts))),
 			rng:      rand.New(rand.NewPCG(opts.Seed, uint64(i)+1)),
 			seen:     map[string]bool{},
-		})
+			fate:     newFateRand(opts.Seed, i),
+		}
+		s.drivers = append(s.drivers, d)
+		// His shift starts at his first ping; the drop, if any, is scheduled in simulated time.
+		if after, ok := drawOffline(d.fate, opts.OfflineProbPerHour); ok && d.nextPing+after < end {
+			s.schedule(d.nextPing+after, func() { s.dropOffline(d) })
+		}
 	}
-	lastOffset := trips[len(trips)-1].PickupTime.Sub(s.t0)
-	end := lastOffset + opts.Drain
 
 	fmt.Fprintf(out, "replaying %d trips (%s .. +%g min) with %d drivers at %gx against %s (run %s)\n",
 		len(trips), s.t0.Format(time.RFC3339), opts.Minutes, opts.Drivers, opts.Speedup, opts.URL, opts.RunID)
@@ -465,15 +592,15 @@ loop:
 		fmt.Fprintln(out)
 	}
 
-	sum := s.summary(nextTrip, skipped, pingWall)
-	sum.Interrupted = interrupted
 	if !interrupted {
-		fmt.Fprintf(out, "fetching %d rides for offer latency…\n", sum.RidesRequested)
-		s.fetchRides(ctx, sum)
+		fmt.Fprintf(out, "fetching %d rides for offer latency and final status…\n", s.requestedCount())
+		s.fetchRides(ctx)
 		if ctx.Err() != nil {
-			sum.Interrupted = true
+			interrupted = true
 		}
 	}
+	sum := s.summary(nextTrip, skipped, pingWall)
+	sum.Interrupted = interrupted
 	sum.WallSeconds = time.Since(wallStart).Seconds()
 	sum.WriteTable(out)
 	if opts.SummaryPath != "" {
@@ -547,7 +674,7 @@ func (s *sim) pingDue(t time.Duration) {
 		})
 	}
 	for _, d := range s.drivers {
-		if d.nextPing > t {
+		if d.offline || d.nextPing > t {
 			continue
 		}
 		d.nextPing += s.opts.PingInterval
@@ -604,20 +731,113 @@ func (s *sim) pingResults(ds []*driver, res []PingResult, err error) {
 		if r.Status != "" {
 			d.online = r.Status != "offline"
 		}
+		// An ignored offer that is no longer in his answer has timed out (he neither accepted nor
+		// declined it, and our riders never cancel).
+		if ig := d.ignoring; ig != nil && (r.Offer == nil || r.Offer.OfferID != ig.offerID) {
+			s.offerTimedOut(ig)
+			d.ignoring = nil
+		}
 		if o := r.Offer; o != nil && o.OfferID != "" && !d.seen[o.OfferID] {
 			d.seen[o.OfferID] = true
 			s.offersTotal++
-			s.ride(o.RideID).offered = true
+			offer := *o
+			s.offerSeen(d, offer)
+			// Every draw is made for every offer, so the streams do not depend on the outcome.
 			think := 2*time.Second + time.Duration(d.rng.Float64()*float64(6*time.Second))
 			accept := d.rng.Float64() < s.opts.AcceptProb
-			offer := *o
+			if drawNoAnswer(d.fate, s.opts.NoAnswerProb) || d.offline {
+				s.ignore(d, offer)
+				continue
+			}
 			s.schedule(s.now()+think, func() { s.decide(d, offer, accept) })
 		}
 	}
 }
 
-// decide accepts or declines offer for d after the think time.
+// offerSeen records that d saw offer o in a ping answer: the ride's distinct offered drivers, a
+// re-opening (an offer created after the ride's latest accept, to another driver) and the timeout of
+// offers of the same ride that other drivers ignored (one pending offer per ride: a later offer means
+// the ignored one ended, and unanswered it could only time out).
+func (s *sim) offerSeen(d *driver, o Offer) {
+	r := s.ride(o.RideID)
+	r.offered = true
+	if r.offeredTo == nil {
+		r.offeredTo = map[string]bool{}
+	}
+	r.offeredTo[d.id] = true
+	exp := parseExpiry(o.ExpiresAt)
+	if r.accepts > 0 && d.id != r.acceptedBy && laterOffer(exp, r.acceptedExp) {
+		r.offeredAfterAccept = true
+	}
+	for _, ig := range r.ignored {
+		if !ig.timedOut && ig.driverID != d.id && laterOffer(exp, ig.expiresAt) {
+			s.offerTimedOut(ig)
+		}
+	}
+}
+
+// ignore records that d leaves offer o unanswered.
+func (s *sim) ignore(d *driver, o Offer) {
+	s.offersIgnored++
+	ig := &ignoredOffer{offerID: o.OfferID, driverID: d.id, expiresAt: parseExpiry(o.ExpiresAt)}
+	r := s.ride(o.RideID)
+	r.ignored = append(r.ignored, ig)
+	d.ignoring = ig
+}
+
+// offerTimedOut counts an ignored offer once it is seen to have timed out.
+func (s *sim) offerTimedOut(ig *ignoredOffer) {
+	if !ig.timedOut {
+		ig.timedOut = true
+		s.offerTimeouts++
+	}
+}
+
+// dropOffline takes d offline for good: he stops pinging and answering. A driver carrying a passenger
+// (start sent, or driving to the dropoff) finishes that ride first. A driver driving to a pickup
+// abandons his ACCEPTED ride (the platform re-opens it after its heartbeat TTL); one whose accept is
+// in flight abandons the ride if the accept succeeds (see decide).
+func (s *sim) dropOffline(d *driver) {
+	if d.offline {
+		return
+	}
+	if d.state == stToDropoff || (d.state == stToPickup && d.leg == nil) {
+		d.dropDue = true
+		return
+	}
+	d.offline, d.dropDue = true, false
+	s.driversOffline++
+	if d.state == stToPickup {
+		now := s.now()
+		d.pos, d.leg = d.position(now), nil
+		s.abandon(d, s.ride(d.rideID))
+		d.state, d.rideID = stIdle, ""
+	}
+}
+
+// abandon records that d, who dropped offline, leaves r (ACCEPTED by him) behind.
+func (s *sim) abandon(d *driver, r *ride) {
+	r.abandoned = true
+	r.abandonments++
+	r.abandonedBy = d.id
+}
+
+// rideEnded makes d available again after his ride ended (completed or given up), unless his drop
+// offline was due meanwhile.
+func (s *sim) rideEnded(d *driver) {
+	d.state, d.rideID = stIdle, ""
+	if d.dropDue {
+		s.dropOffline(d)
+	}
+}
+
+// decide accepts or declines offer for d after the think time; a driver who dropped offline
+// meanwhile leaves it unanswered.
 func (s *sim) decide(d *driver, o Offer, accept bool) {
+	if d.offline {
+		s.ignore(d, o)
+		return
+	}
 	if !accept || d.state != stIdle {
 		s.submit(func(ctx context.Context) {
 			err := s.c.rideAction(ctx, o.RideID, "decline", d.id)
@@ -649,7 +869,16 @@ func (s *sim) decide(d *driver, o Offer, accept bool) {
 			}
 			t := s.now()
 			r := s.ride(o.RideID)
-			r.accepted, r.acceptedAt, r.pickupDistM = true, t, o.DistanceM
+			if r.abandonments > 0 && d.id != r.abandonedBy {
+				r.rematchedAfterAbandon = true
+			}
+			r.accepted, r.accepts, r.acceptedAt, r.acceptedBy = true, r.accepts+1, t, d.id
+			r.acceptedExp, r.pickupDistM, r.abandoned = parseExpiry(o.ExpiresAt), o.DistanceM, false
+			if d.offline { // dropped while his accept was in flight: he never drives to it
+				d.state = stIdle
+				s.abandon(d, r)
+				return
+			}
 			d.state, d.rideID, d.dropoff = stToPickup, o.RideID, o.Dropoff
 			s.drive(d, t, o.Pickup, func() { s.transition(d, "start", 0) })
 		})
@@ -661,6 +890,9 @@ func (s *sim) drive(d *driver, t time.Duration, dest LatLng, arrived func()) {
 	leg := &Leg{From: d.position(t), To: dest, Start: t, SpeedMPS: s.opts.DriverSpeedMPS}
 	d.leg = leg
 	s.schedule(leg.End(), func() {
+		if d.offline || d.leg != leg { // dropped offline on the way: the leg was abandoned
+			return
+		}
 		d.pos, d.leg = dest, nil
 		arrived()
 	})
@@ -682,7 +914,7 @@ func (s *sim) transition(d *driver, action string, attempt int) {
 						return
 					}
 				}
-				d.state, d.rideID = stIdle, "" // give up on the ride
+				s.rideEnded(d) // give up on the ride
 				return
 			}
 			if action == "start" {
@@ -691,24 +923,39 @@ func (s *sim) transition(d *driver, action string, attempt int) {
 				return
 			}
 			s.ride(rideID).completed = true
-			d.state, d.rideID = stIdle, ""
+			s.rideEnded(d)
 		})
 	})
 }
 
+// requestedCount is how many rides this replay created.
+func (s *sim) requestedCount() int {
+	n := 0
+	for _, r := range s.rides {
+		if r.requested {
+			n++
+		}
+	}
+	return n
+}
+
+// summary assembles the figures; call it after fetchRides (when that ran) so the final statuses count.
 func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 	o := s.opts
 	sum := &Summary{
 		RidesRejected: s.ridesRejected, RejectedExamples: nonNil(s.rejectedExamples),
 		OffersTotal: s.offersTotal, Declines: s.declines, DeclineConflicts: s.declineConflicts,
-		AcceptConflicts: s.acceptConflicts, AcceptConflictReasons: s.conflictReasons,
-		TransitionConflicts: s.transitionConf, RideStatusCounts: map[string]int{},
+		AcceptConflicts: s.acceptConflicts, AcceptConflictReasons: nonNilMap(s.conflictReasons),
+		TransitionConflicts: s.transitionConf, RideStatusCounts: nonNilMap(s.statusCounts),
+		RideFetchErrors: s.fetchErrs, FinalStatusKnown: s.fetched,
+		OffersIgnored: s.offersIgnored, OfferTimeouts: s.offerTimeouts, DriversWentOffline: s.driversOffline,
 		PingsTotal: s.pingsTotal.Load(), PingRequests: s.pingRequests.Load(), PingsSkipped: s.pingsSkipped.Load(),
 		GPSRejected: s.gpsRejected.Load(), StaleRejected: s.staleRejected.Load(),
-		HTTPErrors: s.httpErrors, ErrorExamples: nonNil(s.errorExamples),
+		HTTPErrors: nonNilMap(s.httpErrors), ErrorExamples: nonNil(s.errorExamples),
 		TripsInWindow: len(s.trips), TripsSkippedRows: skipped,
 		Drivers: o.Drivers, Speedup: o.Speedup, WindowMinutes: o.Minutes, PingIntervalS: o.PingInterval.Seconds(),
-		AcceptProb: o.AcceptProb, DriverSpeedMPS: o.DriverSpeedMPS, DrainS: o.Drain.Seconds(), Seed: o.Seed,
+		AcceptProb: o.AcceptProb, NoAnswerProb: o.NoAnswerProb, OfflineProbPerHour: o.OfflineProbPerHour,
+		DriverSpeedMPS: o.DriverSpeedMPS, DrainS: o.Drain.Seconds(), Seed: o.Seed,
 		Concurrency: o.Concurrency, BatchSize: o.BatchSize, TripsPath: o.TripsPath, URL: o.URL, RunID: o.RunID,
 	}
 	if pingWall > 0 {
@@ -725,15 +972,43 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 		}
 		if r.accepted {
 			sum.RidesAccepted++
+		}
+		if r.matched() {
+			sum.RidesMatched++
 			ttm = append(ttm, max(0, (r.acceptedAt-r.requestedAt).Seconds()))
 			dist = append(dist, r.pickupDistM)
 		}
 		if r.completed {
 			sum.RidesCompleted++
 		}
+		reoffered, reopened := len(r.offeredTo) > 1, r.reopened()
+		if reoffered {
+			sum.RidesReoffered++
+		}
+		if reopened {
+			sum.RidesReopened++
+		}
+		if reoffered || reopened {
+			sum.Rematches++
+		}
+		if r.abandonments > 0 {
+			sum.OfflineRidesAbandoned++
+			if reopened {
+				sum.OfflineRidesReopened++
+			}
+			if r.rematchedAfterOffline() {
+				sum.OfflineRidesRematched++
+			}
+		}
+		if r.final != nil {
+			switch r.final.Status {
+			case statusUnmatched:
+				sum.RidesUnmatched++
+			case statusRequested:
+				sum.RidesNeverMatched++
+			}
+		}
 	}
-	sum.RidesMatched = sum.RidesAccepted
-	sum.RidesUnmatched = sum.RidesRequested - sum.RidesMatched
 	if sum.RidesRequested > 0 {
 		sum.MatchRate = float64(sum.RidesMatched) / float64(sum.RidesRequested)
 	}
@@ -741,12 +1016,16 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 	sum.TimeToMatchP50S, sum.TimeToMatchP95S, sum.TimeToMatchP99S = Percentile(ttm, 50), Percentile(ttm, 95), Percentile(ttm, 99)
 	sum.PickupDistanceCount = len(dist)
 	sum.PickupDistanceMeanM, sum.PickupDistanceP50M, sum.PickupDistanceP95M = Mean(dist), Percentile(dist, 50), Percentile(dist, 95)
+	sum.OfferLatencyCount = len(s.offerLatMs)
+	sum.OfferLatencyP50Ms, sum.OfferLatencyP99Ms = Percentile(s.offerLatMs, 50), Percentile(s.offerLatMs, 99)
 	return sum
 }
 
-// fetchRides reads every requested ride with bounded concurrency for the offer latency
-// (first_offered_at − created_at, wall ms) and the final status counts.
-func (s *sim) fetchRides(ctx context.Context, sum *Summary) {
+// fetchRides reads every requested ride with bounded concurrency (GET /function/ride/{id}) and keeps
+// each answer as the ride's final view: its status, driver and accepted_at feed the matched,
+// re-opened, UNMATCHED and still-REQUESTED figures, and first_offered_at − created_at (wall ms) the
+// offer latency. It runs on the scheduler goroutine after the workers stopped.
+func (s *sim) fetchRides(ctx context.Context) {
 	ids := make([]string, 0, len(s.rides))
 	for id, r := range s.rides {
 		if r.requested {
@@ -755,12 +1034,10 @@ func (s *sim) fetchRides(ctx context.Context, sum *Summary) {
 	}
 	sort.Strings(ids)
 	var (
-		mu     sync.Mutex
-		lat    []float64
-		wg     sync.WaitGroup
-		idx    atomic.Int64
-		errs   int
-		status = map[string]int{}
+		views = make([]*RideView, len(ids))
+		mu    sync.Mutex
+		wg    sync.WaitGroup
+		idx   atomic.Int64
 	)
 	for range s.opts.Concurrency {
 		wg.Add(1)
@@ -772,29 +1049,42 @@ func (s *sim) fetchRides(ctx context.Context, sum *Summary) {
 					return
 				}
 				rv, err := s.c.getRide(ctx, ids[i])
+				if err == nil {
+					views[i] = rv
+					continue
+				}
+				if ctx.Err() != nil {
+					return
+				}
 				mu.Lock()
-				if err != nil {
-					if ctx.Err() == nil {
-						errs++
-						if len(sum.ErrorExamples) < maxExamples {
-							sum.ErrorExamples = append(sum.ErrorExamples, "ride "+ids[i]+": "+err.Error())
-						}
-					}
-				} else {
-					status[rv.Status]++
-					if rv.CreatedAt != nil && rv.FirstOfferedAt != nil {
-						lat = append(lat, float64(rv.FirstOfferedAt.Sub(*rv.CreatedAt))/float64(time.Millisecond))
-					}
+				s.fetchErrs++
+				if len(s.errorExamples) < maxExamples {
+					s.errorExamples = append(s.errorExamples, "ride "+ids[i]+": "+err.Error())
 				}
 				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	sum.RideFetchErrors = errs
-	sum.RideStatusCounts = status
-	sum.OfferLatencyCount = len(lat)
-	sum.OfferLatencyP50Ms, sum.OfferLatencyP99Ms = Percentile(lat, 50), Percentile(lat, 99)
+	s.fetched = ctx.Err() == nil
+	s.statusCounts = map[string]int{}
+	for i, rv := range views {
+		if rv == nil {
+			continue
+		}
+		s.rides[ids[i]].final = rv
+		s.statusCounts[rv.Status]++
+		if rv.CreatedAt != nil && rv.FirstOfferedAt != nil {
+			s.offerLatMs = append(s.offerLatMs, float64(rv.FirstOfferedAt.Sub(*rv.CreatedAt))/float64(time.Millisecond))
+		}
+	}
+}
+
+func nonNilMap(m map[string]int) map[string]int {
+	if m == nil {
+		return map[string]int{}
+	}
+	return m
 }
 
 func nonNil(s []string) []string {

@@ -47,6 +47,8 @@ func Mean(samples []float64) float64 {
 
 // Summary is what a replay measured; it is written as JSON to --summary and printed as a table.
 // Ride counts refer to rides this replay created; "simulated" durations are replay time (wall × speedup).
+// Everything is measured through the HTTP API: ping answers, action answers and, at the end, one GET
+// /function/ride/{id} per ride (the "final GET"; skipped when the replay is interrupted).
 type Summary struct {
 	// RidesRequested is how many order-create calls the platform accepted (202, or 200 on an idempotent replay).
 	RidesRequested int `json:"rides_requested"`
@@ -56,16 +58,27 @@ type Summary struct {
 	RejectedExamples []string `json:"rejected_examples"`
 	// RidesOffered is how many requested rides got at least one offer seen by a simulated driver.
 	RidesOffered int `json:"rides_offered"`
-	// RidesAccepted is how many rides a simulated driver accepted successfully (200 on accept).
+	// RidesAccepted is how many rides a simulated driver accepted successfully (200 on accept) at
+	// least once.
 	RidesAccepted int `json:"rides_accepted"`
-	// RidesMatched equals RidesAccepted (a ride counts as matched once accepted).
+	// RidesMatched is how many rides' latest accept stuck: accepted, not abandoned by a driver who
+	// dropped offline, and not back to REQUESTED or UNMATCHED in the final GET. Without drivers going
+	// offline or re-opened rides it equals RidesAccepted.
 	RidesMatched int `json:"rides_matched"`
 	// RidesCompleted is how many rides were completed (200 on complete) before the replay ended.
 	RidesCompleted int `json:"rides_completed"`
 	// MatchRate is RidesMatched / RidesRequested, 0..1 (0 when nothing was requested).
 	MatchRate float64 `json:"match_rate"`
-	// RidesUnmatched is RidesRequested − RidesMatched: requested but never accepted by the end.
+	// RidesUnmatched is how many rides the platform gave up on: final GET status UNMATCHED (its retry
+	// budget ran out with nobody accepting). 0 when the final GET did not run.
 	RidesUnmatched int `json:"rides_unmatched"`
+	// RidesNeverMatched is how many rides were still waiting for a driver at the end: final GET status
+	// REQUESTED (never accepted, or re-opened and not accepted again; the platform may still match or
+	// give up on them later). 0 when the final GET did not run.
+	RidesNeverMatched int `json:"rides_never_matched"`
+	// FinalStatusKnown is true when the final GET of every ride ran to the end (RideFetchErrors may
+	// still be > 0); the figures taken from it are otherwise partial or 0.
+	FinalStatusKnown bool `json:"final_status_known"`
 	// OffersTotal is the number of distinct offer ids the drivers saw.
 	OffersTotal int `json:"offers_total"`
 	// Declines is how many decline calls the platform answered 200.
@@ -79,9 +92,39 @@ type Summary struct {
 	// TransitionConflicts is how many start/complete calls were answered 409.
 	TransitionConflicts int `json:"transition_conflicts"`
 
+	// OffersIgnored is how many offers a simulated driver left unanswered: the no-answer draw
+	// (NoAnswerProb), or he dropped offline holding the offer.
+	OffersIgnored int `json:"offers_ignored"`
+	// OfferTimeouts is how many ignored offers were seen to time out: the offer vanished from the
+	// driver's ping answers without accept or decline, or its ride was then offered to another driver.
+	// Ignored offers still live at the end are not counted (OfferTimeouts ≤ OffersIgnored).
+	OfferTimeouts int `json:"offer_timeouts"`
+	// Rematches is how many rides were matched again: offered to more than one driver (RidesReoffered,
+	// after a decline or an offer timeout) or re-opened after an accept (RidesReopened), or both.
+	Rematches int `json:"rematches"`
+	// RidesReoffered is how many rides were seen offered to two or more distinct drivers in their ping
+	// answers.
+	RidesReoffered int `json:"rides_reoffered"`
+	// RidesReopened is how many rides were seen re-opened after an accept (ACCEPTED → REQUESTED): accepted
+	// successfully twice, offered to another driver after the accept, or REQUESTED/UNMATCHED with
+	// accepted_at set (or held by another driver) in the final GET.
+	RidesReopened int `json:"rides_reopened"`
+	// DriversWentOffline is how many simulated drivers the replay took offline for good
+	// (OfflineProbPerHour): they stopped pinging and answering.
+	DriversWentOffline int `json:"drivers_went_offline"`
+	// OfflineRidesAbandoned is how many ACCEPTED rides a driver abandoned by going offline before
+	// starting them.
+	OfflineRidesAbandoned int `json:"offline_rides_abandoned"`
+	// OfflineRidesReopened is how many of the abandoned rides were seen re-opened (see RidesReopened);
+	// the platform does so once the driver's heartbeat TTL (wall time) lapsed.
+	OfflineRidesReopened int `json:"offline_rides_reopened"`
+	// OfflineRidesRematched is how many of the abandoned rides another driver accepted afterwards.
+	OfflineRidesRematched int `json:"offline_rides_rematched"`
+
 	// TimeToMatchCount is the number of samples behind the time_to_match percentiles.
 	TimeToMatchCount int `json:"time_to_match_count"`
-	// TimeToMatchP50S is the median simulated seconds from order-create to a successful accept.
+	// TimeToMatchP50S is the median simulated seconds from order-create to the accept that stuck (a
+	// re-opened ride counts until its latest accept); only matched rides (RidesMatched) are samples.
 	TimeToMatchP50S float64 `json:"time_to_match_p50_s"`
 	// TimeToMatchP95S is the 95th percentile, simulated seconds.
 	TimeToMatchP95S float64 `json:"time_to_match_p95_s"`
@@ -104,7 +147,7 @@ type Summary struct {
 	OfferLatencyP50Ms float64 `json:"offer_latency_p50_ms"`
 	// OfferLatencyP99Ms is the 99th percentile of the same, wall-clock ms.
 	OfferLatencyP99Ms float64 `json:"offer_latency_p99_ms"`
-	// RideStatusCounts counts the rides' final server status (from GET /function/ride/{id}).
+	// RideStatusCounts counts the rides' final server status (from the final GET).
 	RideStatusCounts map[string]int `json:"ride_status_counts"`
 	// RideFetchErrors is how many GET /function/ride/{id} calls at the end failed.
 	RideFetchErrors int `json:"ride_fetch_errors"`
@@ -144,8 +187,13 @@ type Summary struct {
 	WindowMinutes float64 `json:"window_minutes"`
 	// PingIntervalS is the drivers' ping interval, simulated seconds.
 	PingIntervalS float64 `json:"ping_interval_s"`
-	// AcceptProb is the probability (0..1) a driver accepts an offer.
+	// AcceptProb is the probability (0..1) a driver accepts an offer he answers.
 	AcceptProb float64 `json:"accept_prob"`
+	// NoAnswerProb is the probability (0..1), per offer, that a driver ignores it.
+	NoAnswerProb float64 `json:"no_answer_prob"`
+	// OfflineProbPerHour is the probability (0..1) that a driver drops offline for good within any one
+	// simulated hour of his shift.
+	OfflineProbPerHour float64 `json:"offline_prob_per_h"`
 	// DriverSpeedMPS is the drivers' straight-line speed, metres per simulated second.
 	DriverSpeedMPS float64 `json:"driver_speed_mps"`
 	// DrainS is the simulated seconds the replay ran after the last order-create.
@@ -182,11 +230,19 @@ func (s *Summary) WriteTable(w io.Writer) {
 	}
 	row("rides requested", "%d (rejected %d, trips in window %d)", s.RidesRequested, s.RidesRejected, s.TripsInWindow)
 	row("rides offered", "%d", s.RidesOffered)
-	row("rides matched (accepted)", "%d", s.RidesMatched)
+	row("rides matched (accept stuck)", "%d (accepted %d)", s.RidesMatched, s.RidesAccepted)
 	row("rides completed", "%d", s.RidesCompleted)
-	row("rides unmatched", "%d", s.RidesUnmatched)
+	final := ""
+	if !s.FinalStatusKnown {
+		final = " (final status unknown)"
+	}
+	row("rides unmatched", "%d UNMATCHED, %d still REQUESTED%s", s.RidesUnmatched, s.RidesNeverMatched, final)
 	row("match rate", "%.1f %%", 100*s.MatchRate)
 	row("offers / declines", "%d / %d (decline 409s %d)", s.OffersTotal, s.Declines, s.DeclineConflicts)
+	row("offers ignored / timed out", "%d / %d (no-answer prob %g)", s.OffersIgnored, s.OfferTimeouts, s.NoAnswerProb)
+	row("rematches", "%d rides (offered to 2+ drivers %d, re-opened after accept %d)", s.Rematches, s.RidesReoffered, s.RidesReopened)
+	row("drivers went offline", "%d (%g per sim hour); accepted rides abandoned %d, re-opened %d, re-matched %d",
+		s.DriversWentOffline, s.OfflineProbPerHour, s.OfflineRidesAbandoned, s.OfflineRidesReopened, s.OfflineRidesRematched)
 	row("accept conflicts (409)", "%d %v", s.AcceptConflicts, s.AcceptConflictReasons)
 	row("time to match p50/p95/p99", "%.1f / %.1f / %.1f s simulated (n=%d)", s.TimeToMatchP50S, s.TimeToMatchP95S, s.TimeToMatchP99S, s.TimeToMatchCount)
 	row("pickup distance mean/p50/p95", "%.0f / %.0f / %.0f m (n=%d)", s.PickupDistanceMeanM, s.PickupDistanceP50M, s.PickupDistanceP95M, s.PickupDistanceCount)
