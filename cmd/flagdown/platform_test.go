@@ -162,3 +162,91 @@ func TestReplayPreflight(t *testing.T) {
 		t.Fatalf("got %v, want an error telling to start flagdown dev", err)
 	}
 }
+
+// tightTimeouts shortens every timer so timeouts happen within a short replay.
+func tightTimeouts(c *config.Config) {
+	c.OfferWindow, c.HeartbeatTTL = 2*time.Second, 3*time.Second
+	c.RetryBase, c.RetryMaxWait, c.RetryMaxAttempts, c.RetryBudget = 500*time.Millisecond, time.Second, 4, 8*time.Second
+	c.ReconcileInterval, c.ReconcileGrace = 2*time.Second, time.Second
+}
+
+// count runs a count(*) query against the platform's schema.
+func count(t *testing.T, p *platform, sql string) int {
+	t.Helper()
+	var n int
+	if err := p.deps.DB.Pool.QueryRow(context.Background(), sql).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestReplayTimeoutsEndToEnd: drivers who ignore offers and drop offline mid-shift make the real
+// timeouts fire (offer expiry, heartbeat expiry → ride re-opened), and the replay's figures agree
+// with PostgreSQL.
+func TestReplayTimeoutsEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end replay")
+	}
+	p := startTestPlatform(t, tightTimeouts)
+	opts := replay.DefaultOptions()
+	opts.URL, opts.TripsPath = "http://"+p.Addr(), filepath.Join("..", "..", "testdata", "trips.csv")
+	opts.Drivers, opts.Minutes, opts.Speedup, opts.Drain = 200, 2, 20, 4*time.Minute
+	opts.NoAnswerProb, opts.OfflineProbPerHour = 0.3, 0.999
+	opts.SummaryPath, opts.Progress = "", false
+	sum, err := replay.Run(context.Background(), opts, io.Discard)
+	if err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	if !sum.FinalStatusKnown || sum.RideFetchErrors != 0 {
+		t.Fatalf("final status known %v, fetch errors %d", sum.FinalStatusKnown, sum.RideFetchErrors)
+	}
+	if sum.OfferTimeouts == 0 || sum.OfferTimeouts > sum.OffersIgnored {
+		t.Errorf("offer timeouts %d, offers ignored %d; want 0 < timeouts <= ignored", sum.OfferTimeouts, sum.OffersIgnored)
+	}
+	if sum.Rematches == 0 || sum.DriversWentOffline == 0 {
+		t.Errorf("rematches %d, drivers went offline %d; want both > 0", sum.Rematches, sum.DriversWentOffline)
+	}
+	if sum.RidesMatched+sum.RidesUnmatched+sum.RidesNeverMatched > sum.RidesRequested {
+		t.Errorf("matched %d + unmatched %d + never matched %d > requested %d", sum.RidesMatched, sum.RidesUnmatched, sum.RidesNeverMatched, sum.RidesRequested)
+	}
+	if got, want := sum.RideStatusCounts["UNMATCHED"], sum.RidesUnmatched; got != want {
+		t.Errorf("UNMATCHED in final GETs %d, rides_unmatched %d", got, want)
+	}
+	if n := count(t, p, `SELECT count(*) FROM offers WHERE status = 'EXPIRED'`); n < sum.OfferTimeouts {
+		t.Errorf("%d EXPIRED offers in PostgreSQL, replay saw %d timeouts", n, sum.OfferTimeouts)
+	}
+	if n := count(t, p, `SELECT count(DISTINCT subject) FROM outbox WHERE type = 'io.flagdown.ride.reopened.v1'`); n < sum.RidesReopened {
+		t.Errorf("%d rides re-opened in the outbox, replay saw %d", n, sum.RidesReopened)
+	}
+	if n := count(t, p, `SELECT count(*) FROM (SELECT driver_id FROM rides WHERE status IN ('ACCEPTED','IN_PROGRESS')
+		GROUP BY driver_id HAVING count(*) > 1) x`); n != 0 {
+		t.Errorf("%d drivers with two active rides", n)
+	}
+	t.Logf("offers ignored %d / timed out %d, rematches %d, drivers offline %d, abandoned %d re-opened %d re-matched %d",
+		sum.OffersIgnored, sum.OfferTimeouts, sum.Rematches, sum.DriversWentOffline,
+		sum.OfflineRidesAbandoned, sum.OfflineRidesReopened, sum.OfflineRidesRematched)
+}
+
+// TestReplayUnmatchedEndToEnd: with far too few drivers, rides exhaust the retry budget and become
+// UNMATCHED, as PostgreSQL records.
+func TestReplayUnmatchedEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end replay")
+	}
+	p := startTestPlatform(t, tightTimeouts)
+	opts := replay.DefaultOptions()
+	opts.URL, opts.TripsPath = "http://"+p.Addr(), filepath.Join("..", "..", "testdata", "trips.csv")
+	opts.Drivers, opts.Minutes, opts.Speedup, opts.Drain = 5, 1, 20, 4*time.Minute
+	opts.SummaryPath, opts.Progress = "", false
+	sum, err := replay.Run(context.Background(), opts, io.Discard)
+	if err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	n := count(t, p, `SELECT count(*) FROM rides WHERE status = 'UNMATCHED'`)
+	if sum.RidesUnmatched == 0 || sum.RidesUnmatched > n {
+		t.Errorf("replay saw %d UNMATCHED rides, PostgreSQL has %d; want 0 < seen <= stored", sum.RidesUnmatched, n)
+	}
+	if n := count(t, p, `SELECT count(*) FROM outbox WHERE type = 'io.flagdown.ride.unmatched.v1'`); n < sum.RidesUnmatched {
+		t.Errorf("%d ride.unmatched events for %d UNMATCHED rides", n, sum.RidesUnmatched)
+	}
+}
