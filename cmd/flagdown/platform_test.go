@@ -72,6 +72,10 @@ func TestReplayEndToEnd(t *testing.T) {
 	if sum.RidesRequested == 0 || sum.RidesMatched == 0 {
 		t.Fatalf("replay requested %d rides and matched %d; want both > 0", sum.RidesRequested, sum.RidesMatched)
 	}
+	if sum.MatchLatencyCount != sum.RidesRequested || sum.OfferLatencyCount == 0 {
+		t.Errorf("match latency over %d rides, offer latency over %d; want every one of %d requested, and some",
+			sum.MatchLatencyCount, sum.OfferLatencyCount, sum.RidesRequested)
+	}
 	if _, err := os.Stat(opts.SummaryPath); err != nil {
 		t.Fatalf("summary not written: %v", err)
 	}

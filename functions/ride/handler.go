@@ -71,6 +71,7 @@ type View struct {
 	MatchAttempts  int                      `json:"match_attempts"`
 	MatchNote      string                   `json:"match_note,omitempty"`
 	CreatedAt      time.Time                `json:"created_at"`
+	FirstMatchAt   *time.Time               `json:"first_match_at"`
 	FirstOfferedAt *time.Time               `json:"first_offered_at"`
 	AcceptedAt     *time.Time               `json:"accepted_at"`
 	StartedAt      *time.Time               `json:"started_at"`
@@ -119,7 +120,7 @@ func (f *Function) view(ctx context.Context, id string) (*View, error) {
 		RideID: ride.ID, RiderID: ride.RiderID, Status: ride.Status, DriverID: ride.DriverID,
 		Pickup: ride.Pickup, Dropoff: ride.Dropoff, FareEstimateCents: ride.FareEstimateCents,
 		EstDistanceM: ride.EstDistanceM, EstDurationS: ride.EstDurationS,
-		MatchAttempts: ride.MatchAttempts, MatchNote: ride.MatchNote, CreatedAt: ride.CreatedAt,
+		MatchAttempts: ride.MatchAttempts, MatchNote: ride.MatchNote, CreatedAt: ride.CreatedAt, FirstMatchAt: ride.FirstMatchAt,
 		FirstOfferedAt: ride.FirstOfferedAt, AcceptedAt: ride.AcceptedAt, StartedAt: ride.StartedAt,
 		CompletedAt: ride.CompletedAt, CancelledAt: ride.CancelledAt,
 	}

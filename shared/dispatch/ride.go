@@ -140,10 +140,12 @@ type Ride struct {
 	// EstDistanceM is the estimated road distance pickup→dropoff in metres.
 	EstDistanceM float64
 	// EstDurationS is the estimated driving time pickup→dropoff in seconds.
-	EstDurationS   float64
-	MatchAttempts  int
-	MatchNote      string
-	CreatedAt      time.Time
+	EstDurationS  float64
+	MatchAttempts int
+	MatchNote     string
+	CreatedAt     time.Time
+	// FirstMatchAt is when the first match attempt finished (offered or not).
+	FirstMatchAt   *time.Time
 	FirstOfferedAt *time.Time
 	AcceptedAt     *time.Time
 	StartedAt      *time.Time

@@ -21,14 +21,14 @@ type Querier interface {
 
 const rideCols = `id, rider_id, status, pickup_lat, pickup_lng, dropoff_lat, dropoff_lng, coalesce(driver_id, ''),
 	fare_estimate_cents, est_distance_m, est_duration_s, match_attempts, coalesce(match_note, ''),
-	created_at, first_offered_at, accepted_at, started_at, completed_at, cancelled_at`
+	created_at, first_match_at, first_offered_at, accepted_at, started_at, completed_at, cancelled_at`
 
 func scanRide(row pgx.Row) (*dispatch.Ride, error) {
 	var r dispatch.Ride
 	var status string
 	err := row.Scan(&r.ID, &r.RiderID, &status, &r.Pickup.Lat, &r.Pickup.Lng, &r.Dropoff.Lat, &r.Dropoff.Lng,
 		&r.DriverID, &r.FareEstimateCents, &r.EstDistanceM, &r.EstDurationS, &r.MatchAttempts, &r.MatchNote,
-		&r.CreatedAt, &r.FirstOfferedAt, &r.AcceptedAt, &r.StartedAt, &r.CompletedAt, &r.CancelledAt)
+		&r.CreatedAt, &r.FirstMatchAt, &r.FirstOfferedAt, &r.AcceptedAt, &r.StartedAt, &r.CompletedAt, &r.CancelledAt)
 	if err != nil {
 		return nil, err
 	}
@@ -177,10 +177,11 @@ func SetRideStatus(ctx context.Context, tx pgx.Tx, id string, c StatusChange) (t
 }
 
 // NoteMatchAttempt counts a match attempt on ride id and records note (why nobody was offered, or "").
-// When offered is true it also stamps first_offered_at if unset.
+// It stamps first_match_at on the first attempt, and first_offered_at when offered is true and it is unset.
 func NoteMatchAttempt(ctx context.Context, tx pgx.Tx, id string, offered bool, note string) error {
 	_, err := tx.Exec(ctx, `UPDATE rides SET match_attempts = match_attempts + 1, match_note = nullif($2, ''),
 		first_offered_at = CASE WHEN $3 THEN coalesce(first_offered_at, now()) ELSE first_offered_at END,
+		first_match_at = coalesce(first_match_at, now()),
 		updated_at = now() WHERE id = $1`, id, note, offered)
 	return pgErr(err)
 }

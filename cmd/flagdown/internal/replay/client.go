@@ -242,6 +242,8 @@ type RideView struct {
 	CreatedAt *time.Time `json:"created_at"`
 	// FirstOfferedAt is the server's wall-clock time of the ride's first offer; nil if never offered.
 	FirstOfferedAt *time.Time `json:"first_offered_at"`
+	// FirstMatchAt is the server's wall-clock time the first match attempt finished, offered or not.
+	FirstMatchAt *time.Time `json:"first_match_at"`
 	// AcceptedAt is the server's wall-clock time of the latest accept; nil if never accepted. It is
 	// kept when the ride is re-opened, so REQUESTED or UNMATCHED with AcceptedAt set means re-opened.
 	AcceptedAt *time.Time `json:"accepted_at"`
