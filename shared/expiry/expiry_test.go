@@ -180,10 +180,12 @@ func TestHeartbeatExpiryPublishesOneEvent(t *testing.T) {
 	key := e.prefix + "hb:d1"
 	d := e.setTimer(t, key, 300*time.Millisecond)
 	got := e.waitKeys(t, []string{key}, 5*time.Second)[key]
-	if got.Data.Kind != string(redisstore.KindHeartbeat) || got.Data.ID != "d1" || got.Data.DeadlineMs != d {
-		t.Fatalf("event data %+v, want heartbeat d1 deadline %d", got.Data, d)
+	// The deadline is d, or later when the SET reached Redis after d was computed (a loaded machine):
+	// the sweeper then corrects the index to Redis's own expire time.
+	if got.Data.Kind != string(redisstore.KindHeartbeat) || got.Data.ID != "d1" || got.Data.DeadlineMs < d || got.Data.DeadlineMs > d+2000 {
+		t.Fatalf("event data %+v, want heartbeat d1 deadline %d (up to 2 s later)", got.Data, d)
 	}
-	if got.Subj != key || got.Src != SourceURI || got.ID != EventID(key, d) {
+	if got.Subj != key || got.Src != SourceURI || got.ID != EventID(key, got.Data.DeadlineMs) {
 		t.Fatalf("event subject %q source %q id %q", got.Subj, got.Src, got.ID)
 	}
 	time.Sleep(time.Second) // let any second publish (the other path) arrive
