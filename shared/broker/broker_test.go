@@ -46,20 +46,7 @@ func runDispatcher(t *testing.T, b *broker.Broker, triggers []broker.Trigger, ma
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("Run did not return after cancel")
-		}
-	})
+	testkit.Run(t, d.Run)
 	return d
 }
 

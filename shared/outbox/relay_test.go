@@ -124,20 +124,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // run runs r until the test ends and checks that Run returns once cancelled.
 func run(t *testing.T, r *outbox.Relay) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("Run did not return after cancel")
-		}
-	})
+	testkit.Run(t, r.Run)
 }
 
 func TestConcurrentRelaysKeepOrderPerKey(t *testing.T) {

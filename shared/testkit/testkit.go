@@ -154,3 +154,23 @@ func Deps(t testing.TB, tune func(*config.Config)) *app.Deps {
 		Log:    log,
 	}
 }
+
+// Run runs fn (a component's Run method) in the background until t ends, then cancels its context
+// and fails t unless fn returns nil within 30 seconds.
+func Run(t testing.TB, fn func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("Run did not return after cancel")
+		}
+	})
+}
