@@ -62,28 +62,22 @@ type offerLock struct {
 
 // ServeHTTP handles POST /function/accept.
 func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		httpx.MethodNotAllowed(w, http.MethodPost)
-		return
-	}
-	var req Request
-	if err := httpx.DecodeJSON(w, r, f.d.Config.MaxBodyBytes, &req); err != nil {
-		httpx.WriteError(w, r, f.d.Log, err)
-		return
-	}
-	if err := dispatch.ValidateID("ride_id", req.RideID); err != nil {
-		httpx.WriteError(w, r, f.d.Log, err)
-		return
-	}
-	if err := dispatch.ValidateID("driver_id", req.DriverID); err != nil {
-		httpx.WriteError(w, r, f.d.Log, err)
-		return
-	}
-	if err := f.Accept(r.Context(), req.RideID, req.DriverID); err != nil {
-		httpx.WriteError(w, r, f.d.Log, err)
-		return
-	}
-	httpx.WriteJSON(w, http.StatusOK, Response{RideID: req.RideID, DriverID: req.DriverID, Status: dispatch.RideAccepted})
+	httpx.Serve(w, r, f.d.Log, http.MethodPost, func() (int, any, error) {
+		var req Request
+		if err := httpx.DecodeJSON(w, r, f.d.Config.MaxBodyBytes, &req); err != nil {
+			return 0, nil, err
+		}
+		if err := dispatch.ValidateID("ride_id", req.RideID); err != nil {
+			return 0, nil, err
+		}
+		if err := dispatch.ValidateID("driver_id", req.DriverID); err != nil {
+			return 0, nil, err
+		}
+		if err := f.Accept(r.Context(), req.RideID, req.DriverID); err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, Response{RideID: req.RideID, DriverID: req.DriverID, Status: dispatch.RideAccepted}, nil
+	})
 }
 
 // Accept gives rideID to driverID if he holds its live offer. A repeated accept by the driver who

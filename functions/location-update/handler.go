@@ -80,45 +80,38 @@ type PingResponse struct {
 
 // ServeHTTP handles POST /function/location-update.
 func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		httpx.MethodNotAllowed(w, http.MethodPost)
-		return
-	}
-	var raw json.RawMessage
-	if err := httpx.DecodeJSON(w, r, f.d.Config.MaxBodyBytes, &raw); err != nil {
-		httpx.WriteError(w, r, f.d.Log, err)
-		return
-	}
-	single, reqs, err := f.parse(raw)
-	if err != nil {
-		httpx.WriteError(w, r, f.d.Log, err)
-		return
-	}
-	pings, err := f.validate(reqs, single)
-	if err != nil {
-		httpx.WriteError(w, r, f.d.Log, err)
-		return
-	}
-	results, err := f.d.Redis.ApplyPings(r.Context(), pings)
-	if err != nil {
-		httpx.WriteError(w, r, f.d.Log, err)
-		return
-	}
-	out := make([]PingResponse, len(results))
-	for i, res := range results {
-		out[i] = PingResponse{DriverID: pings[i].DriverID, Applied: res.Applied, Rejected: res.Rejected, Status: res.Status}
-		if res.OfferJSON != "" {
-			var o Offer
-			if json.Unmarshal([]byte(res.OfferJSON), &o) == nil {
-				out[i].Offer = &o
+	httpx.Serve(w, r, f.d.Log, http.MethodPost, func() (int, any, error) {
+		var raw json.RawMessage
+		if err := httpx.DecodeJSON(w, r, f.d.Config.MaxBodyBytes, &raw); err != nil {
+			return 0, nil, err
+		}
+		single, reqs, err := f.parse(raw)
+		if err != nil {
+			return 0, nil, err
+		}
+		pings, err := f.validate(reqs, single)
+		if err != nil {
+			return 0, nil, err
+		}
+		results, err := f.d.Redis.ApplyPings(r.Context(), pings)
+		if err != nil {
+			return 0, nil, err
+		}
+		out := make([]PingResponse, len(results))
+		for i, res := range results {
+			out[i] = PingResponse{DriverID: pings[i].DriverID, Applied: res.Applied, Rejected: res.Rejected, Status: res.Status}
+			if res.OfferJSON != "" {
+				var o Offer
+				if json.Unmarshal([]byte(res.OfferJSON), &o) == nil {
+					out[i].Offer = &o
+				}
 			}
 		}
-	}
-	if single {
-		httpx.WriteJSON(w, http.StatusOK, out[0])
-		return
-	}
-	httpx.WriteJSON(w, http.StatusOK, map[string]any{"results": out})
+		if single {
+			return http.StatusOK, out[0], nil
+		}
+		return http.StatusOK, map[string]any{"results": out}, nil
+	})
 }
 
 // parse tells a single ping from a batch: a batch is an object whose only key is "pings".

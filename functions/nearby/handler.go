@@ -47,39 +47,34 @@ type Response struct {
 
 // ServeHTTP handles GET /function/nearby.
 func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet {
-		httpx.MethodNotAllowed(w, http.MethodGet)
-		return
-	}
-	p, radius, err := f.parse(r.URL.Query())
-	if err != nil {
-		httpx.WriteError(w, r, f.d.Log, err)
-		return
-	}
-	hits, err := f.d.Redis.Nearby(r.Context(), p, radius, f.d.Config.NearbyMaxCount)
-	if err != nil {
-		httpx.WriteError(w, r, f.d.Log, err)
-		return
-	}
-	// The GEO set is only cleaned by pings and ride changes: a driver whose heartbeat expired stays
-	// a member, so check each hit's heartbeat and state as matching does.
-	ids := make([]string, len(hits))
-	for i, h := range hits {
-		ids[i] = h.DriverID
-	}
-	infos, err := f.d.Redis.DriverInfos(r.Context(), ids)
-	if err != nil {
-		httpx.WriteError(w, r, f.d.Log, err)
-		return
-	}
-	out := Response{Drivers: make([]Driver, 0, len(hits))}
-	for i, h := range hits {
-		if info := infos[i]; !info.Alive || info.Status != dispatch.DriverAvailable || info.RideID != "" {
-			continue
+	httpx.Serve(w, r, f.d.Log, http.MethodGet, func() (int, any, error) {
+		p, radius, err := f.parse(r.URL.Query())
+		if err != nil {
+			return 0, nil, err
 		}
-		out.Drivers = append(out.Drivers, Driver{DriverID: h.DriverID, DistanceM: math.Round(h.DistanceM*10) / 10, Lat: h.Position.Lat, Lng: h.Position.Lng})
-	}
-	httpx.WriteJSON(w, http.StatusOK, out)
+		hits, err := f.d.Redis.Nearby(r.Context(), p, radius, f.d.Config.NearbyMaxCount)
+		if err != nil {
+			return 0, nil, err
+		}
+		// A driver whose heartbeat expired stays in the GEO set until the expiry is handled (or
+		// reconcile finds him), so check each hit's heartbeat and state as matching does.
+		ids := make([]string, len(hits))
+		for i, h := range hits {
+			ids[i] = h.DriverID
+		}
+		infos, err := f.d.Redis.DriverInfos(r.Context(), ids)
+		if err != nil {
+			return 0, nil, err
+		}
+		out := Response{Drivers: make([]Driver, 0, len(hits))}
+		for i, h := range hits {
+			if info := infos[i]; !info.Alive || info.Status != dispatch.DriverAvailable || info.RideID != "" {
+				continue
+			}
+			out.Drivers = append(out.Drivers, Driver{DriverID: h.DriverID, DistanceM: math.Round(h.DistanceM*10) / 10, Lat: h.Position.Lat, Lng: h.Position.Lng})
+		}
+		return http.StatusOK, out, nil
+	})
 }
 
 func (f *Function) parse(q url.Values) (dispatch.Point, float64, error) {

@@ -66,32 +66,27 @@ type Response struct {
 
 // ServeHTTP handles POST /function/order-create.
 func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		httpx.MethodNotAllowed(w, http.MethodPost)
-		return
-	}
-	var req Request
-	if err := httpx.DecodeJSON(w, r, f.d.Config.MaxBodyBytes, &req); err != nil {
-		httpx.WriteError(w, r, f.d.Log, err)
-		return
-	}
-	key := r.Header.Get("Idempotency-Key")
-	ride, err := f.validate(&req, key)
-	if err != nil {
-		httpx.WriteError(w, r, f.d.Log, err)
-		return
-	}
-	ride, created, err := f.create(r.Context(), ride, key)
-	if err != nil {
-		httpx.WriteError(w, r, f.d.Log, err)
-		return
-	}
-	status := http.StatusAccepted
-	if !created {
-		status = http.StatusOK
-	}
-	httpx.WriteJSON(w, status, Response{RideID: ride.ID, Status: ride.Status, FareEstimateCents: ride.FareEstimateCents,
-		EstDistanceM: ride.EstDistanceM, EstDurationS: ride.EstDurationS})
+	httpx.Serve(w, r, f.d.Log, http.MethodPost, func() (int, any, error) {
+		var req Request
+		if err := httpx.DecodeJSON(w, r, f.d.Config.MaxBodyBytes, &req); err != nil {
+			return 0, nil, err
+		}
+		key := r.Header.Get("Idempotency-Key")
+		ride, err := f.validate(&req, key)
+		if err != nil {
+			return 0, nil, err
+		}
+		ride, created, err := f.create(r.Context(), ride, key)
+		if err != nil {
+			return 0, nil, err
+		}
+		status := http.StatusAccepted
+		if !created {
+			status = http.StatusOK
+		}
+		return status, Response{RideID: ride.ID, Status: ride.Status, FareEstimateCents: ride.FareEstimateCents,
+			EstDistanceM: ride.EstDistanceM, EstDurationS: ride.EstDurationS}, nil
+	})
 }
 
 func point(field string, p *PointRequest) (dispatch.Point, error) {

@@ -150,3 +150,19 @@ func MethodNotAllowed(w http.ResponseWriter, allowed ...string) {
 		Message: "method: must be one of " + strings.Join(allowed, ", "),
 	}})
 }
+
+// Serve answers r with fn's result: fn returns a status and a body to write as JSON, or an error
+// written through WriteError (the one code → status table). A request whose method is not method
+// gets 405 without calling fn.
+func Serve(w http.ResponseWriter, r *http.Request, log *slog.Logger, method string, fn func() (int, any, error)) {
+	if r.Method != method {
+		MethodNotAllowed(w, method)
+		return
+	}
+	status, body, err := fn()
+	if err != nil {
+		WriteError(w, r, log, err)
+		return
+	}
+	WriteJSON(w, status, body)
+}
