@@ -47,7 +47,7 @@ type Config struct {
 	MaxBodyBytes int64 `env:"FLAGDOWN_MAX_BODY_BYTES" envDefault:"262144"`
 
 	// SearchRadiiM are the match search radii in metres, tried smallest first (expanding radius).
-	SearchRadiiM []float64 `env:"FLAGDOWN_SEARCH_RADII_M" envSeparator:"," envDefault:"500,1000,2000,4000,8000"`
+	SearchRadiiM []float64 `env:"FLAGDOWN_SEARCH_RADII_M" envSeparator:"," envDefault:"250,500,1000,2000,4000,8000"`
 	// SearchCount is how many nearest drivers one GEOSEARCH returns (bounds query cost per radius).
 	SearchCount int `env:"FLAGDOWN_SEARCH_COUNT" envDefault:"10"`
 	// MinCandidates: the search widens while fewer eligible drivers than this were found.

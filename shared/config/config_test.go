@@ -16,7 +16,7 @@ func TestDefaults(t *testing.T) {
 	if got, want := c.OfferWindow, 15*time.Second; got != want {
 		t.Errorf("OfferWindow = %v, want %v", got, want)
 	}
-	if got, want := len(c.SearchRadiiM), 5; got != want {
+	if got, want := len(c.SearchRadiiM), 6; got != want {
 		t.Errorf("len(SearchRadiiM) = %d, want %d", got, want)
 	}
 	if got, want := c.ServiceArea, []float64{40.40, -74.40, 41.10, -73.50}; len(got) != 4 || got[0] != want[0] || got[3] != want[3] {
