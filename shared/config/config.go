@@ -174,6 +174,12 @@ func (c *Config) Validate() error {
 	if c.OfferWindow < time.Second || c.HeartbeatTTL < time.Second {
 		return fmt.Errorf("config: FLAGDOWN_OFFER_WINDOW and FLAGDOWN_HEARTBEAT_TTL must be at least 1s")
 	}
+	if c.RetryBase <= 0 || c.RetryMaxWait < c.RetryBase || c.RetryMaxAttempts < 1 || c.RetryBudget <= 0 {
+		return fmt.Errorf("config: FLAGDOWN_RETRY_BASE must be > 0 and <= FLAGDOWN_RETRY_MAX_WAIT, FLAGDOWN_RETRY_MAX_ATTEMPTS >= 1, FLAGDOWN_RETRY_BUDGET > 0")
+	}
+	if c.ReconcileInterval <= 0 || c.ReconcileGrace < 0 || c.ExpirySweepInterval <= 0 {
+		return fmt.Errorf("config: FLAGDOWN_RECONCILE_INTERVAL and FLAGDOWN_EXPIRY_SWEEP_INTERVAL must be > 0, FLAGDOWN_RECONCILE_GRACE >= 0")
+	}
 	if c.MaxBatch < 1 || c.SearchCount < 1 || c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("config: FLAGDOWN_MAX_BATCH and FLAGDOWN_SEARCH_COUNT must be >= 1, FLAGDOWN_MAX_BODY_BYTES >= 1024")
 	}

@@ -46,6 +46,9 @@ func TestRejects(t *testing.T) {
 		"AreaShort":          {map[string]string{"FLAGDOWN_SERVICE_AREA": "41,-73"}, "FLAGDOWN_SERVICE_AREA"},
 		"OfferWindowTiny":    {map[string]string{"FLAGDOWN_OFFER_WINDOW": "10ms"}, "FLAGDOWN_OFFER_WINDOW"},
 		"NotADuration":       {map[string]string{"FLAGDOWN_HEARTBEAT_TTL": "soon"}, "FLAGDOWN_HEARTBEAT_TTL"},
+		"RetryCapBelowBase":  {map[string]string{"FLAGDOWN_RETRY_BASE": "30s", "FLAGDOWN_RETRY_MAX_WAIT": "5s"}, "FLAGDOWN_RETRY_BASE"},
+		"NoRetries":          {map[string]string{"FLAGDOWN_RETRY_MAX_ATTEMPTS": "0"}, "FLAGDOWN_RETRY_MAX_ATTEMPTS"},
+		"SweepZero":          {map[string]string{"FLAGDOWN_EXPIRY_SWEEP_INTERVAL": "0s"}, "FLAGDOWN_EXPIRY_SWEEP_INTERVAL"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := config.FromEnv(tc.env)
