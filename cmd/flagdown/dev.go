@@ -30,7 +30,8 @@ func newDevCmd() *cobra.Command {
 		Long: `Runs everything a cluster would, in one process: serves every function under
 /function/<name> (the gateway), runs a NATS JetStream broker (embedded unless NATS_URL is set),
 delivers events to functions through the trigger table in CloudEvents binary mode (ack on 2xx,
-redelivery with backoff, dead-letter after FLAGDOWN_TRIGGER_MAX_DELIVER attempts), runs the outbox
+redelivery with backoff on 5xx, dead-letter at once on other 4xx and after
+FLAGDOWN_TRIGGER_MAX_DELIVER attempts), runs the outbox
 relay and the Redis expiry source, calls the reconcile function every FLAGDOWN_RECONCILE_INTERVAL,
 and applies migrations on start. Stops gracefully on SIGINT/SIGTERM.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -46,7 +47,8 @@ and applies migrations on start. Stops gracefully on SIGINT/SIGTERM.`,
 			if err != nil {
 				return err
 			}
-			log.Info("flagdown dev ready", "gateway", "http://"+p.Addr(), "broker", p.natsURL)
+			log.Info("flagdown dev ready", "gateway", "http://"+p.Addr(), "broker", p.natsURL,
+				"schema", p.deps.DB.Schema, "redis_prefix", cfg.RedisPrefix, "functions", len(functionSet))
 			<-cmd.Context().Done()
 			log.Info("shutting down")
 			return p.Close()

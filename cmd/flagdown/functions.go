@@ -16,6 +16,8 @@ import (
 	reconcile "github.com/flagdown/flagdown/functions/reconcile"
 	ride "github.com/flagdown/flagdown/functions/ride"
 	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/httpx"
 )
 
 // functionSet is every function the platform serves, by the name in its gateway path
@@ -74,6 +76,9 @@ func gateway(d *app.Deps) *http.ServeMux {
 		mux.Handle(prefix, http.StripPrefix(prefix, h))
 		mux.Handle(prefix+"/", http.StripPrefix(prefix, h))
 	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteError(w, r, d.Log, dispatch.NotFound("function or path", r.URL.Path))
+	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))

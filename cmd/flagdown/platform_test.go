@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -252,5 +254,21 @@ func TestReplayUnmatchedEndToEnd(t *testing.T) {
 	}
 	if n := count(t, p, `SELECT count(*) FROM outbox WHERE type = 'io.flagdown.ride.unmatched.v1'`); n < sum.RidesUnmatched {
 		t.Errorf("%d ride.unmatched events for %d UNMATCHED rides", n, sum.RidesUnmatched)
+	}
+}
+
+// TestGatewayUnknownPathAnswersJSON: a path no function serves gets the JSON error shape, 404 not_found.
+func TestGatewayUnknownPathAnswersJSON(t *testing.T) {
+	p := startTestPlatform(t)
+	resp, err := http.Get("http://" + p.Addr() + "/function/nope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusNotFound || body.Error.Code != "not_found" {
+		t.Fatalf("GET /function/nope: %d %+v (%v); want 404 not_found", resp.StatusCode, body, err)
 	}
 }

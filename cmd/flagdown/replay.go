@@ -17,7 +17,7 @@ func newReplayCmd() *cobra.Command {
 	var minutes int
 	cmd := &cobra.Command{
 		Use:   "replay",
-		Short: "replay real NYC taxi trips against a running platform over HTTP",
+		Short: "Replay real NYC taxi trips against a running platform over HTTP",
 		Long: `Replay real NYC taxi trips against a running platform through its HTTP API.
 
 Simulated drivers start at real pickup positions, go online and ping POST /function/location-update

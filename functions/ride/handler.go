@@ -259,7 +259,15 @@ func (f *Function) decline(ctx context.Context, tx pgx.Tx, ride *dispatch.Ride, 
 	if err != nil {
 		return err
 	}
+	if pending != nil && pending.DriverID == driverID && !pending.ExpiresAt.After(time.Now()) {
+		return dispatch.Conflict(dispatch.ReasonOfferExpired, "the offer window has closed")
+	}
 	if pending == nil || pending.DriverID != driverID {
+		if mine, err := pgstore.LatestOffer(ctx, tx, ride.ID, driverID); err != nil {
+			return err
+		} else if mine != nil && mine.Status == dispatch.OfferExpired {
+			return dispatch.Conflict(dispatch.ReasonOfferExpired, "the offer window has closed")
+		}
 		return dispatch.Conflict(dispatch.ReasonNotYourOffer, "the driver holds no pending offer for this ride")
 	}
 	if _, err := pgstore.SetOfferStatus(ctx, tx, pending.ID, dispatch.OfferDeclined); err != nil {

@@ -6,8 +6,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flagdown/flagdown/events"
+	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/testkit/fntest"
 )
@@ -342,4 +344,27 @@ func TestRideRejects(t *testing.T) {
 			t.Errorf("reason = %q, want %q", got, want)
 		}
 	})
+}
+
+// A decline after the offer window closed answers offer_expired (as accept does), not not_your_offer.
+func TestDeclineAfterTheWindowAnswersOfferExpired(t *testing.T) {
+	t.Parallel()
+	env := fntest.NewEnv(t, func(c *config.Config) { c.OfferWindow = time.Second })
+	rideID, driver := offered(t, env, "d-1")
+	time.Sleep(1100 * time.Millisecond) // past the offer window (PostgreSQL's clock decides)
+	code, body := env.RideAction(t, rideID, "decline", fntest.JSON{"driver_id": driver})
+	if got := fntest.ErrorOf(t, body); code != http.StatusConflict || got.Reason != dispatch.ReasonOfferExpired {
+		t.Fatalf("decline after the window: %d %+v, want 409 %s", code, got, dispatch.ReasonOfferExpired)
+	}
+}
+
+// A ride its driver gives back is REQUESTED again without a driver and without an acceptance time.
+func TestReopenedRideClearsItsAcceptance(t *testing.T) {
+	t.Parallel()
+	env := fntest.NewEnv(t, nil)
+	rideID, driver := accepted(t, env, "d-1")
+	ride := act(t, env, rideID, "cancel", fntest.JSON{"by": "driver", "driver_id": driver})
+	if ride["status"] != "REQUESTED" || ride["driver_id"] != nil || ride["accepted_at"] != nil {
+		t.Fatalf("re-opened ride: status %v driver %v accepted_at %v; want REQUESTED, none, null", ride["status"], ride["driver_id"], ride["accepted_at"])
+	}
 }

@@ -160,6 +160,9 @@ func SetRideStatus(ctx context.Context, tx pgx.Tx, id string, c StatusChange) (t
 	if col, ok := timestampColumn[c.To]; ok {
 		set = ", " + col + " = now()"
 	}
+	if c.To == dispatch.RideRequested {
+		set = ", accepted_at = NULL" // re-opened: the acceptance no longer holds
+	}
 	var by, reason *string
 	if c.To == dispatch.RideCancelled {
 		b := string(c.CancelledBy)
