@@ -133,25 +133,7 @@ func idle(t *testing.T, b *broker.Broker, trigger string) bool {
 
 // dlqMessages returns the messages of the dead-letter stream.
 func dlqMessages(t *testing.T, b *broker.Broker) []jetstream.RawStreamMsg {
-	t.Helper()
-	ctx := context.Background()
-	s, err := b.JetStream().Stream(ctx, b.DLQStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []jetstream.RawStreamMsg
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, *m)
-	}
-	return out
+	return testkit.StreamMessages(t, b.JetStream(), b.DLQStream())
 }
 
 func TestPublishDeliversInBinaryMode(t *testing.T) {

@@ -78,21 +78,8 @@ func unpublished(t *testing.T, db *pgstore.DB) int {
 // streamEvents returns the events in the broker's stream, in stream order.
 func streamEvents(t *testing.T, b *broker.Broker) []event.Event {
 	t.Helper()
-	ctx := context.Background()
-	s, err := b.JetStream().Stream(ctx, b.Stream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []event.Event
-	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, m := range testkit.StreamMessages(t, b.JetStream(), b.Stream()) {
 		var e event.Event
 		if err := json.Unmarshal(m.Data, &e); err != nil {
 			t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flagdown/flagdown/shared/app"
@@ -173,4 +174,27 @@ func Run(t testing.TB, fn func(context.Context) error) {
 			t.Errorf("Run did not return after cancel")
 		}
 	})
+}
+
+// StreamMessages returns every message stored in the JetStream stream, in stream order.
+func StreamMessages(t testing.TB, js jetstream.JetStream, stream string) []jetstream.RawStreamMsg {
+	t.Helper()
+	ctx := context.Background()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatalf("testkit: stream %s: %v", stream, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatalf("testkit: stream %s: %v", stream, err)
+	}
+	var out []jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatalf("testkit: stream %s message %d: %v", stream, seq, err)
+		}
+		out = append(out, *m)
+	}
+	return out
 }
