@@ -47,6 +47,17 @@ func startTestPlatform(t *testing.T, tune ...func(*config.Config)) *platform {
 	return p
 }
 
+// replayOptions are the replay's defaults aimed at the gateway addr, reading the repository's
+// trips, with no progress bar and no summary file.
+func replayOptions(t *testing.T, addr string) replay.Options {
+	t.Helper()
+	opts := replay.DefaultOptions()
+	opts.URL = "http://" + addr
+	opts.TripsPath = filepath.Join(testkit.RepoRoot(t), "testdata", "trips.csv")
+	opts.SummaryPath, opts.Progress = "", false
+	return opts
+}
+
 // TestReplayEndToEnd replays a few minutes of the real trips through the real platform and checks
 // the dispatch invariants in PostgreSQL afterwards.
 func TestReplayEndToEnd(t *testing.T) {
@@ -54,13 +65,10 @@ func TestReplayEndToEnd(t *testing.T) {
 		t.Skip("end-to-end replay")
 	}
 	p := startTestPlatform(t)
-	opts := replay.DefaultOptions()
-	opts.URL = "http://" + p.Addr()
-	opts.TripsPath = filepath.Join("..", "..", "testdata", "trips.csv")
+	opts := replayOptions(t, p.Addr())
 	opts.Drivers, opts.Minutes, opts.Speedup = 300, 2, 20
 	opts.Drain = 2 * time.Minute
 	opts.SummaryPath = filepath.Join(t.TempDir(), "summary.json")
-	opts.Progress = false
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	out := io.Discard
@@ -133,12 +141,9 @@ func TestReplaySinglePingsEndToEnd(t *testing.T) {
 		t.Skip("end-to-end replay")
 	}
 	p := startTestPlatform(t)
-	opts := replay.DefaultOptions()
-	opts.URL = "http://" + p.Addr()
-	opts.TripsPath = filepath.Join("..", "..", "testdata", "trips.csv")
+	opts := replayOptions(t, p.Addr())
 	opts.Drivers, opts.Minutes, opts.Speedup, opts.BatchSize = 100, 1, 20, 1
 	opts.Drain = time.Minute
-	opts.SummaryPath, opts.Progress = "", false
 	sum, err := replay.Run(context.Background(), opts, io.Discard)
 	if err != nil {
 		t.Fatalf("replay: %v", err)
@@ -159,10 +164,7 @@ func TestReplayPreflight(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	opts := replay.DefaultOptions()
-	opts.URL = "http://" + addr
-	opts.TripsPath = filepath.Join("..", "..", "testdata", "trips.csv")
-	opts.SummaryPath, opts.Progress = "", false
+	opts := replayOptions(t, addr)
 	_, err = replay.Run(context.Background(), opts, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "flagdown dev") {
 		t.Fatalf("got %v, want an error telling to start flagdown dev", err)
@@ -194,11 +196,9 @@ func TestReplayTimeoutsEndToEnd(t *testing.T) {
 		t.Skip("end-to-end replay")
 	}
 	p := startTestPlatform(t, tightTimeouts)
-	opts := replay.DefaultOptions()
-	opts.URL, opts.TripsPath = "http://"+p.Addr(), filepath.Join("..", "..", "testdata", "trips.csv")
+	opts := replayOptions(t, p.Addr())
 	opts.Drivers, opts.Minutes, opts.Speedup, opts.Drain = 200, 2, 20, 4*time.Minute
 	opts.NoAnswerProb, opts.OfflineProbPerHour = 0.3, 0.999
-	opts.SummaryPath, opts.Progress = "", false
 	sum, err := replay.Run(context.Background(), opts, io.Discard)
 	if err != nil {
 		t.Fatalf("replay: %v", err)
@@ -240,10 +240,8 @@ func TestReplayUnmatchedEndToEnd(t *testing.T) {
 		t.Skip("end-to-end replay")
 	}
 	p := startTestPlatform(t, tightTimeouts)
-	opts := replay.DefaultOptions()
-	opts.URL, opts.TripsPath = "http://"+p.Addr(), filepath.Join("..", "..", "testdata", "trips.csv")
+	opts := replayOptions(t, p.Addr())
 	opts.Drivers, opts.Minutes, opts.Speedup, opts.Drain = 5, 1, 20, 4*time.Minute
-	opts.SummaryPath, opts.Progress = "", false
 	sum, err := replay.Run(context.Background(), opts, io.Discard)
 	if err != nil {
 		t.Fatalf("replay: %v", err)
