@@ -15,7 +15,7 @@ import (
 
 	"github.com/flagdown/flagdown/cmd/flagdown/internal/replay"
 	"github.com/flagdown/flagdown/shared/config"
-	"github.com/flagdown/flagdown/shared/testkit"
+	"github.com/flagdown/flagdown/internal/testkit"
 )
 
 // startTestPlatform runs the whole local platform (gateway, broker, triggers, relay, expiry source,

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/flagdown/flagdown/shared/config"
-	"github.com/flagdown/flagdown/shared/testkit"
+	"github.com/flagdown/flagdown/internal/testkit"
 )
 
 // post sends body as JSON to the platform and decodes the answer into out (when non-nil).

@@ -12,7 +12,7 @@ import (
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/pgstore"
-	"github.com/flagdown/flagdown/shared/testkit/fntest"
+	"github.com/flagdown/flagdown/internal/testkit/fntest"
 )
 
 var (

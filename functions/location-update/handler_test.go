@@ -10,7 +10,7 @@ import (
 
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
-	"github.com/flagdown/flagdown/shared/testkit/fntest"
+	"github.com/flagdown/flagdown/internal/testkit/fntest"
 )
 
 // midtown is a point in Manhattan, inside the service area.

@@ -9,7 +9,7 @@ import (
 	"github.com/flagdown/flagdown/events"
 	match "github.com/flagdown/flagdown/functions/match"
 	"github.com/flagdown/flagdown/shared/config"
-	"github.com/flagdown/flagdown/shared/testkit/fntest"
+	"github.com/flagdown/flagdown/internal/testkit/fntest"
 )
 
 // retryEvent is the ride.retry event the expiry-notification function emits when rideID's retry

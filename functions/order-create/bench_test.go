@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	ordercreate "github.com/flagdown/flagdown/functions/order-create"
-	"github.com/flagdown/flagdown/shared/testkit"
+	"github.com/flagdown/flagdown/internal/testkit"
 )
 
 // benchOrderBodies returns one JSON coordinate pair per real trip

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/flagdown/flagdown/internal/deploycheck"
-	"github.com/flagdown/flagdown/shared/testkit"
+	"github.com/flagdown/flagdown/internal/testkit"
 )
 
 // TestBuildContexts lays out, for every stack.yml function, the build context faas-cli would create

@@ -20,7 +20,7 @@ import (
 	match "github.com/flagdown/flagdown/functions/match"
 	ordercreate "github.com/flagdown/flagdown/functions/order-create"
 	"github.com/flagdown/flagdown/shared/app"
-	"github.com/flagdown/flagdown/shared/testkit"
+	"github.com/flagdown/flagdown/internal/testkit"
 )
 
 // eventFunctions builds each function events.Triggers routes to. A new trigger row needs its

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/flagdown/flagdown/shared/app"
-	"github.com/flagdown/flagdown/shared/testkit"
+	"github.com/flagdown/flagdown/internal/testkit"
 )
 
 // TestLazyRetriesStartUp: while a dependency is down the OpenFaaS entry point answers 503

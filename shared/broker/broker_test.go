@@ -19,7 +19,7 @@ import (
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/cloudevent"
-	"github.com/flagdown/flagdown/shared/testkit"
+	"github.com/flagdown/flagdown/internal/testkit"
 )
 
 // newBroker connects to the test NATS server with a stream and subject prefix of its own.

@@ -17,7 +17,7 @@ import (
 
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/redisstore"
-	"github.com/flagdown/flagdown/shared/testkit"
+	"github.com/flagdown/flagdown/internal/testkit"
 )
 
 // benchPickups returns the pickup positions of the real trips in testdata/trips.csv.

@@ -4,6 +4,9 @@
 //
 // Services are found through DATABASE_URL, REDIS_URL and NATS_URL (the Makefile sets the first two);
 // without NATS_URL an embedded nats-server with JetStream is started per test.
+//
+// It is test code: it lives under internal/, outside the production tree (shared/ and functions/), so
+// nothing in a function image imports it.
 package testkit
 
 import (

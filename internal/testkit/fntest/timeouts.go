@@ -20,7 +20,7 @@ import (
 	"github.com/flagdown/flagdown/shared/outbox"
 	"github.com/flagdown/flagdown/shared/pgstore"
 	"github.com/flagdown/flagdown/shared/redisstore"
-	"github.com/flagdown/flagdown/shared/testkit"
+	"github.com/flagdown/flagdown/internal/testkit"
 )
 
 // TimeoutEnv is an Env with the functions that handle timeouts: expiry-notification (fed the
