@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/expiry"
 	"github.com/flagdown/flagdown/shared/redisstore"
@@ -39,7 +40,7 @@ flagdown dev runs one itself. Stops gracefully on SIGINT/SIGTERM.`,
 				return err
 			}
 			defer closePublisher()
-			src := expiry.New(redisstore.New(rdb, cfg.RedisPrefix, cfg.HeartbeatTTL, cfg.MaxSpeedMPS), expiry.Publisher(publish),
+			src := expiry.New(app.NewStore(rdb, cfg), expiry.Publisher(publish),
 				expiry.Options{SweepInterval: cfg.ExpirySweepInterval, NotificationsConfigured: configured, Log: log})
 			log.Info("expiry source starting", "redis", rdb.Options().Addr, "sweep", cfg.ExpirySweepInterval, "publish to", target)
 			if err := src.Run(ctx); err != nil && ctx.Err() == nil {

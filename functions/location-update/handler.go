@@ -58,16 +58,6 @@ type batchRequest struct {
 	Pings []json.RawMessage `json:"pings"`
 }
 
-// Offer is the live offer shown to a driver.
-type Offer struct {
-	OfferID   string         `json:"offer_id"`
-	RideID    string         `json:"ride_id"`
-	Pickup    dispatch.Point `json:"pickup"`
-	Dropoff   dispatch.Point `json:"dropoff"`
-	DistanceM float64        `json:"distance_m"`
-	ExpiresAt time.Time      `json:"expires_at"`
-}
-
 // PingResponse is the answer for one ping.
 type PingResponse struct {
 	DriverID string `json:"driver_id"`
@@ -75,7 +65,7 @@ type PingResponse struct {
 	// Rejected is "stale" or "gps_jump" when Applied is false.
 	Rejected string                `json:"rejected,omitempty"`
 	Status   dispatch.DriverStatus `json:"status"`
-	Offer    *Offer                `json:"offer,omitempty"`
+	Offer    *dispatch.LiveOffer   `json:"offer,omitempty"`
 }
 
 // ServeHTTP handles POST /function/location-update.
@@ -99,13 +89,7 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		out := make([]PingResponse, len(results))
 		for i, res := range results {
-			out[i] = PingResponse{DriverID: pings[i].DriverID, Applied: res.Applied, Rejected: res.Rejected, Status: res.Status}
-			if res.OfferJSON != "" {
-				var o Offer
-				if json.Unmarshal([]byte(res.OfferJSON), &o) == nil {
-					out[i].Offer = &o
-				}
-			}
+			out[i] = PingResponse{DriverID: pings[i].DriverID, Applied: res.Applied, Rejected: res.Rejected, Status: res.Status, Offer: res.Offer}
 		}
 		if single {
 			return http.StatusOK, out[0], nil

@@ -1,17 +1,25 @@
 // Package function is the reconcile function: the backstop for everything that is only a hint.
 // Expired-key notifications can be lost (Pub/Sub drops them while the expiry source is away; a
-// Redis restart forgets timers), so on a schedule (cron trigger; a ticker in flagdown dev) it
-// rebuilds truth from PostgreSQL and Redis and repairs:
+// Redis restart forgets timers) and a Redis effect applied after a commit can fail, so on a
+// schedule (cron trigger; a ticker in flagdown dev) it rebuilds truth from PostgreSQL and Redis and
+// repairs, through lifecycle.Service like every other state change:
 //
-//	offers_expired        PENDING offers past their window (+ grace) → offer timed out, ride matched again
-//	rides_retried         REQUESTED rides with no live offer, no retry timer, untouched for the grace → matched again
-//	drivers_offline       available-set members without a heartbeat → offline
-//	active_drivers_fixed  drivers PostgreSQL has on a ride but Redis shows available → state restored
-//	active_drivers_offline drivers on a ride without a heartbeat → offline handling (ride re-opened or alert)
-//	outbox_unpublished    outbox rows older than the grace still unpublished → relays woken
+//	offers_expired          PENDING offers past their window (+ grace) → offer timed out, ride matched again
+//	drivers_offline         available-set members without a heartbeat → offline
+//	assignments_repaired    drivers on whom Redis and PostgreSQL disagree, in both directions: PostgreSQL
+//	                        says free but Redis says on a ride (and shows him on its live position), or
+//	                        PostgreSQL says on a ride but Redis says free, on another ride or available →
+//	                        Redis gets PostgreSQL's assignment, compare-and-set on its epoch
+//	active_drivers_offline  drivers on a ride without a heartbeat → offline handling (ride re-opened or alert)
+//	rides_retried           REQUESTED rides with no live offer, no retry timer, untouched for the grace → matched again
+//	outbox_unpublished      outbox rows older than the grace still unpublished → relays woken
+//	pruned_*                processed events, published outbox rows and decided offers past their retention
 //
-// Every repair is counted and logged. Each repair changes the state that made it necessary, so
-// running reconcile twice in a row repairs nothing the second time.
+// Every repair re-checks under the same guards as the normal path (the epoch for assignments, the
+// row lock and status for rides and offers), and anything changed less than FLAGDOWN_RECONCILE_GRACE
+// ago is left alone, so a run during a busy replay repairs nothing that was right and, in normal
+// operation, reports zero repairs. Each repair changes the state that made it necessary, so running
+// reconcile twice in a row repairs nothing the second time.
 //
 // Any method is accepted (the OpenFaaS cron-connector POSTs; a Knative PingSource POSTs a
 // CloudEvent whose content is ignored). The answer is the JSON of Report.
@@ -47,19 +55,23 @@ var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
 // Handle is the OpenFaaS golang-middleware entry point.
 func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }
 
-// Report counts the repairs of one run.
+// Report counts the repairs of one run, and what retention pruned.
 type Report struct {
 	OffersExpired        int `json:"offers_expired"`
-	RidesRetried         int `json:"rides_retried"`
 	DriversOffline       int `json:"drivers_offline"`
-	ActiveDriversFixed   int `json:"active_drivers_fixed"`
+	AssignmentsRepaired  int `json:"assignments_repaired"`
 	ActiveDriversOffline int `json:"active_drivers_offline"`
+	RidesRetried         int `json:"rides_retried"`
 	OutboxUnpublished    int `json:"outbox_unpublished"`
+	// Pruned* count rows deleted by retention (not repairs).
+	PrunedProcessedEvents int64 `json:"pruned_processed_events"`
+	PrunedOutbox          int64 `json:"pruned_outbox"`
+	PrunedOffers          int64 `json:"pruned_offers"`
 }
 
-// Total is the number of repairs.
+// Total is the number of repairs (pruning is not a repair).
 func (r Report) Total() int {
-	return r.OffersExpired + r.RidesRetried + r.DriversOffline + r.ActiveDriversFixed + r.ActiveDriversOffline + r.OutboxUnpublished
+	return r.OffersExpired + r.DriversOffline + r.AssignmentsRepaired + r.ActiveDriversOffline + r.RidesRetried + r.OutboxUnpublished
 }
 
 // ServeHTTP runs one reconcile pass and answers its Report.
@@ -72,37 +84,56 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteJSON(w, http.StatusOK, rep)
 }
 
-// Run performs one pass. It stops at the first dependency error (the next run resumes).
+// Run performs one pass, step by step in the order of the package comment. It stops at the first
+// dependency error (the next run resumes).
 func (f *Function) Run(ctx context.Context) (Report, error) {
 	var rep Report
-	grace := f.d.Config.ReconcileGrace
-	pool := f.d.DB.Pool
+	steps := []func(context.Context, *Report) error{
+		f.expireOverdueOffers, f.offlineWithoutHeartbeat, f.repairAssignments, f.activeWithoutHeartbeat,
+		f.retryIdleRides, f.wakeRelays, f.prune,
+	}
+	for _, step := range steps {
+		if err := step(ctx, &rep); err != nil {
+			return rep, err
+		}
+	}
+	if rep.Total() > 0 {
+		f.d.Log.Warn("reconcile repaired state", "offers_expired", rep.OffersExpired, "drivers_offline", rep.DriversOffline,
+			"assignments_repaired", rep.AssignmentsRepaired, "active_drivers_offline", rep.ActiveDriversOffline,
+			"rides_retried", rep.RidesRetried, "outbox_unpublished", rep.OutboxUnpublished)
+	}
+	return rep, nil
+}
 
-	// Offers whose timeout was missed.
-	drivers, err := pgstore.DriversWithOverdueOffers(ctx, pool, grace, batch)
+// expireOverdueOffers times out PENDING offers whose timeout was missed.
+func (f *Function) expireOverdueOffers(ctx context.Context, rep *Report) error {
+	drivers, err := pgstore.DriversWithOverdueOffers(ctx, f.d.DB.Pool, f.d.Config.ReconcileGrace, batch)
 	if err != nil {
-		return rep, err
+		return err
 	}
 	for _, id := range drivers {
 		out, err := f.lc.OfferTimedOut(ctx, id, nil)
 		if err != nil {
-			return rep, err
+			return err
 		}
 		if out == lifecycle.OutcomeDone {
 			rep.OffersExpired++
 		}
 	}
+	return nil
+}
 
-	// Available-set members whose heartbeat is gone.
+// offlineWithoutHeartbeat takes available-set members whose heartbeat is gone offline.
+func (f *Function) offlineWithoutHeartbeat(ctx context.Context, rep *Report) error {
 	var cursor uint64
 	for n := 0; n < batch; {
 		ids, next, err := f.d.Redis.ScanAvailable(ctx, cursor, 500)
 		if err != nil {
-			return rep, err
+			return err
 		}
 		alive, err := f.d.Redis.Heartbeats(ctx, ids)
 		if err != nil {
-			return rep, err
+			return err
 		}
 		for i, id := range ids {
 			if alive[i] {
@@ -110,7 +141,7 @@ func (f *Function) Run(ctx context.Context) (Report, error) {
 			}
 			out, err := f.lc.DriverOffline(ctx, id, "reconcile", nil)
 			if err != nil {
-				return rep, err
+				return err
 			}
 			if out == lifecycle.OutcomeDone {
 				rep.DriversOffline++
@@ -121,11 +152,21 @@ func (f *Function) Run(ctx context.Context) (Report, error) {
 			break
 		}
 	}
+	return nil
+}
 
-	// Drivers on a ride: Redis must not show them available, and they must be alive.
-	active, err := pgstore.ActiveAssignments(ctx, pool)
+// repairAssignments makes Redis hold PostgreSQL's assignment where the two disagree.
+func (f *Function) repairAssignments(ctx context.Context, rep *Report) error {
+	n, err := f.lc.RepairAssignments(ctx, f.d.Config.ReconcileGrace)
+	rep.AssignmentsRepaired += n
+	return err
+}
+
+// activeWithoutHeartbeat runs the offline handling for drivers on a ride whose heartbeat is gone.
+func (f *Function) activeWithoutHeartbeat(ctx context.Context, rep *Report) error {
+	active, err := pgstore.ActiveAssignments(ctx, f.d.DB.Pool)
 	if err != nil {
-		return rep, err
+		return err
 	}
 	for start := 0; start < len(active); start += 500 {
 		chunk := active[start:min(start+500, len(active))]
@@ -133,68 +174,68 @@ func (f *Function) Run(ctx context.Context) (Report, error) {
 		for i, a := range chunk {
 			ids[i] = a.DriverID
 		}
-		inSet, err := f.d.Redis.InAvailable(ctx, ids)
-		if err != nil {
-			return rep, err
-		}
 		alive, err := f.d.Redis.Heartbeats(ctx, ids)
 		if err != nil {
-			return rep, err
+			return err
 		}
 		for i, a := range chunk {
-			switch {
-			case !alive[i]:
-				out, err := f.lc.DriverOffline(ctx, a.DriverID, "reconcile", nil)
-				if err != nil {
-					return rep, err
-				}
-				if out == lifecycle.OutcomeDone {
-					rep.ActiveDriversOffline++
-				}
-			case inSet[i]:
-				if err := f.d.Redis.RestoreOnRide(ctx, a.DriverID, a.RideID, a.Status); err != nil {
-					return rep, err
-				}
-				rep.ActiveDriversFixed++
+			if alive[i] || a.Age < f.d.Config.ReconcileGrace {
+				continue
+			}
+			out, err := f.lc.DriverOffline(ctx, a.DriverID, "reconcile", nil)
+			if err != nil {
+				return err
+			}
+			if out == lifecycle.OutcomeDone {
+				rep.ActiveDriversOffline++
 			}
 		}
 	}
+	return nil
+}
 
-	// REQUESTED rides nothing is working on (after the repairs above, which touch what they fix).
-	rides, err := pgstore.IdleRequestedRides(ctx, pool, grace, batch)
+// retryIdleRides asks for another match of REQUESTED rides nothing is working on (after the
+// repairs above, which touch what they fix).
+func (f *Function) retryIdleRides(ctx context.Context, rep *Report) error {
+	rides, err := pgstore.IdleRequestedRides(ctx, f.d.DB.Pool, f.d.Config.ReconcileGrace, batch)
 	if err != nil {
-		return rep, err
+		return err
 	}
 	for _, id := range rides {
 		armed, err := f.d.Redis.HasRetryTimer(ctx, id)
 		if err != nil {
-			return rep, err
+			return err
 		}
 		if armed {
 			continue
 		}
 		out, err := f.lc.RetryDue(ctx, id, "reconcile", nil)
 		if err != nil {
-			return rep, err
+			return err
 		}
 		if out == lifecycle.OutcomeDone {
 			rep.RidesRetried++
 		}
 	}
+	return nil
+}
 
-	// Outbox rows the relays left behind.
-	if rep.OutboxUnpublished, err = pgstore.UnpublishedOutbox(ctx, pool, grace); err != nil {
-		return rep, err
+// wakeRelays wakes the relays when outbox rows are left unpublished past the grace.
+func (f *Function) wakeRelays(ctx context.Context, rep *Report) error {
+	var err error
+	if rep.OutboxUnpublished, err = pgstore.UnpublishedOutbox(ctx, f.d.DB.Pool, f.d.Config.ReconcileGrace); err != nil {
+		return err
 	}
 	if rep.OutboxUnpublished > 0 {
-		if err := f.d.DB.WakeRelays(ctx); err != nil {
-			return rep, err
-		}
+		return f.d.DB.WakeRelays(ctx)
 	}
-	if rep.Total() > 0 {
-		f.d.Log.Warn("reconcile repaired state", "offers_expired", rep.OffersExpired, "rides_retried", rep.RidesRetried,
-			"drivers_offline", rep.DriversOffline, "active_drivers_fixed", rep.ActiveDriversFixed,
-			"active_drivers_offline", rep.ActiveDriversOffline, "outbox_unpublished", rep.OutboxUnpublished)
-	}
-	return rep, nil
+	return nil
+}
+
+// prune deletes what is past its retention (FLAGDOWN_RETAIN_*), a bounded amount per run.
+func (f *Function) prune(ctx context.Context, rep *Report) error {
+	c := f.d.Config
+	pr, err := f.d.DB.Prune(ctx, pgstore.Retention{ProcessedEvents: c.RetainProcessedEvents, Outbox: c.RetainOutbox, Offers: c.RetainOffers})
+	rep.PrunedProcessedEvents, rep.PrunedOutbox, rep.PrunedOffers = pr.ProcessedEvents, pr.Outbox, pr.Offers
+	return err
 }

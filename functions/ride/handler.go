@@ -7,24 +7,23 @@
 //	POST /function/ride/{id}/complete {driver_id} IN_PROGRESS → COMPLETED; the driver is available at the dropoff
 //	POST /function/ride/{id}/cancel   {by, rider_id | driver_id, reason}
 //
-// Transitions follow dispatch.Transition; an action the current status forbids answers 409
-// illegal_transition naming the current status. Each change writes its outbox event in the same
-// transaction as the status update.
+// Every action is a state change of lifecycle.Service.Act (transition check with
+// dispatch.Transition, conditional UPDATE, outbox row, then Redis); an action the current status
+// forbids answers 409 illegal_transition naming the current status. The driver's live position is
+// shown only while the ride is ACCEPTED or IN_PROGRESS, and only if it is the position of the
+// ride's driver.
 package function
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
+	"github.com/flagdown/flagdown/shared/lifecycle"
 	"github.com/flagdown/flagdown/shared/pgstore"
 	"github.com/flagdown/flagdown/shared/redisstore"
 )
@@ -33,10 +32,13 @@ import (
 const Source = "/flagdown/ride"
 
 // Function serves ride reads and actions.
-type Function struct{ d *app.Deps }
+type Function struct {
+	d  *app.Deps
+	lc *lifecycle.Service
+}
 
 // New returns the function over d.
-func New(d *app.Deps) *Function { return &Function{d: d} }
+func New(d *app.Deps) *Function { return &Function{d: d, lc: lifecycle.New(d, Source)} }
 
 var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
 
@@ -50,9 +52,13 @@ type ActionRequest struct {
 	DriverID string `json:"driver_id,omitempty"`
 	RiderID  string `json:"rider_id,omitempty"`
 	By       string `json:"by,omitempty"`
-	// Reason is a free-text cancel reason, at most 500 bytes.
+	// Reason is a free-text cancel reason: valid UTF-8 without control characters, at most
+	// MaxReasonBytes.
 	Reason string `json:"reason,omitempty"`
 }
+
+// MaxReasonBytes is the longest cancel reason accepted, in bytes.
+const MaxReasonBytes = 500
 
 // View is a ride as the API shows it.
 type View struct {
@@ -103,6 +109,9 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *Function) get(w http.ResponseWriter, r *http.Request, id string) error {
+	if err := dispatch.ValidateRideID("ride_id", id); err != nil {
+		return err
+	}
 	v, err := f.view(r.Context(), id)
 	if err != nil {
 		return err
@@ -125,7 +134,7 @@ func (f *Function) view(ctx context.Context, id string) (*View, error) {
 		CompletedAt: ride.CompletedAt, CancelledAt: ride.CancelledAt,
 	}
 	if ride.Status.Active() {
-		if v.DriverPosition, err = f.d.Redis.RidePosition(ctx, ride.ID); err != nil {
+		if v.DriverPosition, err = f.d.Redis.RidePosition(ctx, ride.ID, ride.DriverID); err != nil {
 			return nil, err
 		}
 	}
@@ -141,7 +150,10 @@ func (f *Function) act(w http.ResponseWriter, r *http.Request, id string, action
 	if err != nil {
 		return err
 	}
-	if err := f.Act(r.Context(), id, action, actor, actorID, req.Reason); err != nil {
+	if err := dispatch.ValidateRideID("ride_id", id); err != nil {
+		return err
+	}
+	if err := f.lc.Act(r.Context(), id, action, actor, actorID, req.Reason); err != nil {
 		return err
 	}
 	return f.get(w, r, id)
@@ -156,8 +168,8 @@ func validate(action dispatch.Action, req *ActionRequest) (dispatch.Actor, strin
 		}
 		return dispatch.ActorDriver, req.DriverID, dispatch.ValidateID("driver_id", req.DriverID)
 	case dispatch.ActionCancel:
-		if len(req.Reason) > 500 {
-			return "", "", dispatch.Invalid("reason", "must be at most 500 bytes")
+		if err := dispatch.ValidateText("reason", req.Reason, MaxReasonBytes); err != nil {
+			return "", "", err
 		}
 		switch req.By {
 		case "rider":
@@ -174,139 +186,4 @@ func validate(action dispatch.Action, req *ActionRequest) (dispatch.Actor, strin
 		return "", "", dispatch.Invalid("by", "must be rider or driver")
 	}
 	return "", "", dispatch.Invalid("action", "must be one of decline, start, complete, cancel")
-}
-
-// effect is what must happen in Redis after a ride change committed.
-type effect struct {
-	releaseOffer *dispatch.Offer // free this offer's lock and requeue the driver
-	freeDriver   string          // make this driver available again
-	freeAt       *dispatch.Point // ... at this position (nil keeps his own)
-	onRide       string          // mark this driver busy
-}
-
-// Act performs action on ride id as actor (actorID is his rider or driver id). Errors: not_found,
-// permission_denied (not this ride's rider or driver), conflict (illegal_transition with
-// details.current_status, not_your_offer), unavailable.
-func (f *Function) Act(ctx context.Context, id string, action dispatch.Action, actor dispatch.Actor, actorID, reason string) error {
-	var fx effect
-	err := f.d.DB.Tx(ctx, func(tx pgx.Tx) error {
-		fx = effect{}
-		ride, err := pgstore.GetRide(ctx, tx, id, true)
-		if err != nil {
-			return err
-		}
-		to, err := dispatch.Transition(ride.Status, action, actor)
-		if err != nil {
-			return err
-		}
-		if action == dispatch.ActionDecline {
-			return f.decline(ctx, tx, ride, actorID, &fx)
-		}
-		if actor == dispatch.ActorRider && ride.RiderID != actorID {
-			return &dispatch.Error{Code: dispatch.CodePermissionDenied, Field: "rider_id", Message: "rider_id: is not this ride's rider"}
-		}
-		if actor == dispatch.ActorDriver && ride.DriverID != actorID {
-			return &dispatch.Error{Code: dispatch.CodePermissionDenied, Field: "driver_id", Message: "driver_id: is not this ride's driver"}
-		}
-		change := pgstore.StatusChange{From: ride.Status, To: to, DriverID: ride.DriverID, CancelledBy: actor, CancelReason: reason}
-		evType := map[dispatch.RideStatus]string{
-			dispatch.RideInProgress: events.RideStarted, dispatch.RideCompleted: events.RideCompleted,
-			dispatch.RideCancelled: events.RideCancelled, dispatch.RideRequested: events.RideReopened,
-		}[to]
-		switch to {
-		case dispatch.RideInProgress:
-			fx.onRide = ride.DriverID
-		case dispatch.RideCompleted:
-			fx.freeDriver, fx.freeAt = ride.DriverID, &ride.Dropoff
-		case dispatch.RideRequested: // the driver gave an accepted ride back
-			change.DriverID = ""
-			fx.freeDriver = ride.DriverID
-		case dispatch.RideCancelled:
-			fx.freeDriver = ride.DriverID
-			pending, err := pgstore.PendingOffer(ctx, tx, ride.ID)
-			if err != nil {
-				return err
-			}
-			if pending != nil {
-				if _, err := pgstore.SetOfferStatus(ctx, tx, pending.ID, dispatch.OfferCancelled); err != nil {
-					return err
-				}
-				fx.releaseOffer = pending
-			}
-		}
-		at, err := pgstore.SetRideStatus(ctx, tx, ride.ID, change)
-		if err != nil {
-			return err
-		}
-		_, err = pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
-			Type: evType, Source: Source, Subject: ride.ID,
-			Data: events.RideTransitionData{
-				RideID: ride.ID, RiderID: ride.RiderID, DriverID: ride.DriverID, From: string(ride.Status), To: string(to),
-				By: string(actor), Reason: reason, At: at.UTC(),
-			},
-		})
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return f.apply(context.WithoutCancel(ctx), id, fx)
-}
-
-// decline records the offered driver's decline and asks for a new match without him.
-func (f *Function) decline(ctx context.Context, tx pgx.Tx, ride *dispatch.Ride, driverID string, fx *effect) error {
-	pending, err := pgstore.PendingOffer(ctx, tx, ride.ID)
-	if err != nil {
-		return err
-	}
-	if pending != nil && pending.DriverID == driverID && !pending.ExpiresAt.After(time.Now()) {
-		return dispatch.Conflict(dispatch.ReasonOfferExpired, "the offer window has closed")
-	}
-	if pending == nil || pending.DriverID != driverID {
-		if mine, err := pgstore.LatestOffer(ctx, tx, ride.ID, driverID); err != nil {
-			return err
-		} else if mine != nil && mine.Status == dispatch.OfferExpired {
-			return dispatch.Conflict(dispatch.ReasonOfferExpired, "the offer window has closed")
-		}
-		return dispatch.Conflict(dispatch.ReasonNotYourOffer, "the driver holds no pending offer for this ride")
-	}
-	if _, err := pgstore.SetOfferStatus(ctx, tx, pending.ID, dispatch.OfferDeclined); err != nil {
-		return err
-	}
-	fx.releaseOffer = pending
-	_, err = pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
-		Type: events.RideOfferDeclined, Source: Source, Subject: ride.ID,
-		Data: events.RideOfferDeclinedData{RideID: ride.ID, OfferID: pending.ID, DriverID: driverID},
-	})
-	return err
-}
-
-// apply makes Redis follow a committed change. Failures are logged: PostgreSQL already holds the
-// truth, and the driver's next ping or the reconcile function repairs Redis.
-func (f *Function) apply(ctx context.Context, rideID string, fx effect) error {
-	if o := fx.releaseOffer; o != nil {
-		value, err := f.d.Redis.OfferLock(ctx, o.DriverID)
-		if err == nil && value != "" {
-			var lock struct {
-				OfferID string `json:"offer_id"`
-			}
-			if json.Unmarshal([]byte(value), &lock) == nil && lock.OfferID == o.ID {
-				_, err = f.d.Redis.ReleaseOffer(ctx, o.DriverID, value, true)
-			}
-		}
-		if err != nil {
-			f.d.Log.Error("release offer lock", "ride_id", rideID, "driver_id", o.DriverID, "err", err)
-		}
-	}
-	if fx.onRide != "" {
-		if err := f.d.Redis.SetOnRide(ctx, fx.onRide); err != nil {
-			f.d.Log.Error("mark driver on ride", "ride_id", rideID, "driver_id", fx.onRide, "err", err)
-		}
-	}
-	if fx.freeDriver != "" {
-		if err := f.d.Redis.FreeDriver(ctx, fx.freeDriver, rideID, fx.freeAt); err != nil {
-			f.d.Log.Error("free driver", "ride_id", rideID, "driver_id", fx.freeDriver, "err", err)
-		}
-	}
-	return nil
 }

@@ -27,7 +27,6 @@ import (
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/pgstore"
-	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
 // DefaultDatabaseURL is used when DATABASE_URL is unset.
@@ -154,7 +153,7 @@ func Deps(t testing.TB, tune func(*config.Config)) *app.Deps {
 	return &app.Deps{
 		Config: cfg,
 		DB:     db,
-		Redis:  redisstore.New(rdb, prefix, cfg.HeartbeatTTL, cfg.MaxSpeedMPS),
+		Redis:  app.NewStore(rdb, cfg),
 		Log:    log,
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
@@ -42,12 +44,15 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Deps, err
 		db.Close()
 		return nil, err
 	}
-	return &Deps{
-		Config: cfg,
-		DB:     db,
-		Redis:  redisstore.New(rdb, cfg.RedisPrefix, cfg.HeartbeatTTL, cfg.MaxSpeedMPS),
-		Log:    log,
-	}, nil
+	return &Deps{Config: cfg, DB: db, Redis: NewStore(rdb, cfg), Log: log}, nil
+}
+
+// NewStore returns the Redis store over rdb configured as cfg says (prefix, heartbeat TTL, speed
+// limit, driver-state TTL, miss memory).
+func NewStore(rdb redis.UniversalClient, cfg *config.Config) *redisstore.Store {
+	s := redisstore.New(rdb, cfg.RedisPrefix, cfg.HeartbeatTTL, cfg.MaxSpeedMPS)
+	s.DriverStateTTL, s.MissMemory = cfg.DriverStateTTL, cfg.MissMemory
+	return s
 }
 
 // Close releases the pools.

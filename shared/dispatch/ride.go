@@ -3,7 +3,6 @@ package dispatch
 import (
 	"fmt"
 	"time"
-	"unicode"
 )
 
 // RideStatus is a ride's state. Transitions follow the design's ride lifecycle (see Transition).
@@ -69,6 +68,14 @@ const (
 	ActionStart    Action = "start"
 	ActionComplete Action = "complete"
 	ActionCancel   Action = "cancel"
+	// ActionReopen: the system takes an ACCEPTED ride from a driver who went offline.
+	ActionReopen Action = "reopen"
+	// ActionExpire: the system records that the offered driver let the offer window pass.
+	ActionExpire Action = "expire"
+	// ActionOffer: the system offers a REQUESTED ride to a driver.
+	ActionOffer Action = "offer"
+	// ActionUnmatch: the system gives up on a ride nobody could be offered within the retry budget.
+	ActionUnmatch Action = "unmatch"
 )
 
 // Actor is who performs an action.
@@ -83,12 +90,16 @@ const (
 
 // Transition returns the status a ride in status from moves to when actor performs action, or a
 // conflict error (ReasonIllegalTransition, details.current_status) naming the current state.
-// The rules are the ride lifecycle of the design notes:
+// It is the one statement of the ride lifecycle (design notes, "Ride lifecycle"); every change of a
+// ride's status goes through it (shared/lifecycle):
 //
+//	REQUESTED --offer(system)--> REQUESTED (an offer is pending)
 //	REQUESTED --accept(driver)--> ACCEPTED --start(driver)--> IN_PROGRESS --complete(driver)--> COMPLETED
-//	REQUESTED --decline(driver)--> REQUESTED (matched again without him)
+//	REQUESTED --decline(driver) | expire(system)--> REQUESTED (matched again without him)
+//	REQUESTED --unmatch(system)--> UNMATCHED (nobody within the retry budget)
 //	REQUESTED|ACCEPTED --cancel(rider)--> CANCELLED
-//	ACCEPTED --cancel(driver)--> REQUESTED (re-opened, matched again without him)
+//	ACCEPTED --cancel(driver) | reopen(system)--> REQUESTED (re-opened, matched again without him)
+//	REQUESTED|ACCEPTED|IN_PROGRESS --cancel(system)--> CANCELLED
 func Transition(from RideStatus, action Action, actor Actor) (RideStatus, error) {
 	switch {
 	case action == ActionAccept && from == RideRequested && actor == ActorDriver:
@@ -105,28 +116,32 @@ func Transition(from RideStatus, action Action, actor Actor) (RideStatus, error)
 		return RideRequested, nil
 	case action == ActionCancel && actor == ActorSystem && from.Open():
 		return RideCancelled, nil
+	case action == ActionReopen && actor == ActorSystem && from == RideAccepted:
+		return RideRequested, nil
+	case (action == ActionExpire || action == ActionOffer) && actor == ActorSystem && from == RideRequested:
+		return RideRequested, nil
+	case action == ActionUnmatch && actor == ActorSystem && from == RideRequested:
+		return RideUnmatched, nil
 	}
 	return "", Conflict(ReasonIllegalTransition,
 		fmt.Sprintf("cannot %s a ride that is %s (as %s)", action, from, actor)).With("current_status", string(from))
 }
 
-// MaxIDLen is the longest rider or driver id accepted, in bytes.
-const MaxIDLen = 128
-
-// ValidateID checks a rider or driver id: 1..MaxIDLen bytes of printable, non-space characters.
-func ValidateID(field, id string) error {
-	if id == "" {
-		return Invalid(field, "is required")
+// CheckOfferAnswer decides whether driverID may answer (accept or decline) his offer of a ride:
+// latest is the newest offer of that ride to him (nil when none) and now PostgreSQL's clock. It
+// returns nil when latest is PENDING and its window is open, otherwise a conflict: offer_expired when
+// his offer is (or should already be) EXPIRED, not_your_offer when he holds no offer or it was
+// decided otherwise. It is the one rule for why an accept or a decline fails.
+func CheckOfferAnswer(latest *Offer, driverID string, now time.Time) error {
+	switch {
+	case latest == nil:
+		return Conflict(ReasonNotYourOffer, fmt.Sprintf("driver %s holds no offer for this ride", driverID))
+	case latest.Status == OfferPending && latest.ExpiresAt.After(now):
+		return nil
+	case latest.Status == OfferPending || latest.Status == OfferExpired:
+		return Conflict(ReasonOfferExpired, "the offer window closed at "+latest.ExpiresAt.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
 	}
-	if len(id) > MaxIDLen {
-		return Invalid(field, fmt.Sprintf("must be at most %d bytes", MaxIDLen))
-	}
-	for _, r := range id {
-		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
-			return Invalid(field, "must contain only printable characters without spaces")
-		}
-	}
-	return nil
+	return Conflict(ReasonNotYourOffer, fmt.Sprintf("the offer to driver %s is %s", driverID, latest.Status))
 }
 
 // Ride is a ride as stored in PostgreSQL.
@@ -143,7 +158,12 @@ type Ride struct {
 	EstDurationS  float64
 	MatchAttempts int
 	MatchNote     string
-	CreatedAt     time.Time
+	// Version is rides.version: it grows by one with every status change (see Assignment.RideVersion).
+	Version   int64
+	CreatedAt time.Time
+	// MatchStartedAt is when the current round of matching began (the request, or the last re-open):
+	// the retry budget is counted from it.
+	MatchStartedAt time.Time
 	// FirstMatchAt is when the first match attempt finished (offered or not).
 	FirstMatchAt   *time.Time
 	FirstOfferedAt *time.Time

@@ -2,7 +2,7 @@ package pgstore
 
 import (
 	"context"
-	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -50,30 +50,19 @@ func LatestOffer(ctx context.Context, q Querier, rideID, driverID string) (*disp
 	return o, pgErr(err)
 }
 
-// AcceptOffer marks offerID ACCEPTED if it is still PENDING for (rideID, driverID) and inside its
-// window (PostgreSQL's clock). Otherwise it returns a conflict: offer_expired when the window closed
-// (the caller's transaction rolls back; the timeout handling records the expiry), not_your_offer when the driver holds no such pending offer.
-func AcceptOffer(ctx context.Context, tx pgx.Tx, rideID, driverID, offerID string) error {
-	tag, err := tx.Exec(ctx, `UPDATE offers SET status = 'ACCEPTED', responded_at = now()
-		WHERE id = $1 AND ride_id = $2 AND driver_id = $3 AND status = 'PENDING' AND expires_at > now()`,
-		offerID, rideID, driverID)
-	if err != nil {
-		return pgErr(err)
+// LatestOfferForUpdate returns the newest offer of rideID to driverID locked for update (nil when
+// none) and PostgreSQL's now (the one clock offer windows are judged by). Lock the ride row first.
+func LatestOfferForUpdate(ctx context.Context, tx pgx.Tx, rideID, driverID string) (*dispatch.Offer, time.Time, error) {
+	var now time.Time
+	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return nil, now, pgErr(err)
 	}
-	if tag.RowsAffected() == 1 {
-		return nil
+	o, err := scanOffer(tx.QueryRow(ctx, `SELECT `+offerCols+` FROM offers WHERE ride_id = $1 AND driver_id = $2
+		ORDER BY created_at DESC LIMIT 1 FOR UPDATE`, rideID, driverID))
+	if IsNoRows(err) {
+		return nil, now, nil
 	}
-	o, err := LatestOffer(ctx, tx, rideID, driverID)
-	if err != nil {
-		return err
-	}
-	switch {
-	case o == nil || o.ID != offerID:
-		return dispatch.Conflict(dispatch.ReasonNotYourOffer, fmt.Sprintf("driver %s holds no offer for ride %s", driverID, rideID))
-	case o.Status == dispatch.OfferPending || o.Status == dispatch.OfferExpired:
-		return dispatch.Conflict(dispatch.ReasonOfferExpired, "the offer window closed at "+o.ExpiresAt.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
-	}
-	return dispatch.Conflict(dispatch.ReasonNotYourOffer, fmt.Sprintf("the offer to driver %s is %s", driverID, o.Status))
+	return o, now, pgErr(err)
 }
 
 // SetOfferStatus moves offer id from PENDING to to and reports whether it was still pending.
@@ -85,17 +74,21 @@ func SetOfferStatus(ctx context.Context, tx pgx.Tx, id string, to dispatch.Offer
 	return tag.RowsAffected() == 1, nil
 }
 
-// PrepareMatch is the offer bookkeeping of one match in a single round trip: it marks the ride's
-// PENDING offers whose window closed as EXPIRED, and returns every driver ever offered the ride
-// (to exclude) and whether a live PENDING offer remains (then there is nothing to match).
-func PrepareMatch(ctx context.Context, tx pgx.Tx, rideID string) (offered map[string]bool, livePending bool, err error) {
+// PrepareMatch is the offer bookkeeping of one match in a single round trip (lock the ride row
+// first): it marks the ride's PENDING offers whose window closed as EXPIRED, and returns every
+// driver ever offered the ride (to exclude), whether a live PENDING offer remains (then there is
+// nothing to match) and PostgreSQL's clock_timestamp(), from which the new offer's window is counted.
+func PrepareMatch(ctx context.Context, tx pgx.Tx, rideID string) (offered map[string]bool, livePending bool, now time.Time, err error) {
+	if err := tx.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		return nil, false, now, pgErr(err)
+	}
 	rows, err := tx.Query(ctx, `WITH expired AS (
 			UPDATE offers SET status = 'EXPIRED', responded_at = now()
-			WHERE ride_id = $1 AND status = 'PENDING' AND expires_at <= now() RETURNING id)
+			WHERE ride_id = $1 AND status = 'PENDING' AND expires_at <= clock_timestamp() RETURNING id)
 		SELECT driver_id, status = 'PENDING' AND id NOT IN (SELECT id FROM expired)
 		FROM offers WHERE ride_id = $1`, rideID)
 	if err != nil {
-		return nil, false, pgErr(err)
+		return nil, false, now, pgErr(err)
 	}
 	defer rows.Close()
 	offered = map[string]bool{}
@@ -103,10 +96,18 @@ func PrepareMatch(ctx context.Context, tx pgx.Tx, rideID string) (offered map[st
 		var id string
 		var live bool
 		if err := rows.Scan(&id, &live); err != nil {
-			return nil, false, pgErr(err)
+			return nil, false, now, pgErr(err)
 		}
 		offered[id] = true
 		livePending = livePending || live
 	}
-	return offered, livePending, pgErr(rows.Err())
+	return offered, livePending, now, pgErr(rows.Err())
+}
+
+// HasLiveOffer reports whether rideID has a PENDING offer whose window is still open by
+// PostgreSQL's clock.
+func HasLiveOffer(ctx context.Context, q Querier, rideID string) (bool, error) {
+	var live bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM offers WHERE ride_id = $1 AND status = 'PENDING' AND expires_at > now())`, rideID).Scan(&live)
+	return live, pgErr(err)
 }

@@ -19,12 +19,13 @@ func ActiveRideOfDriver(ctx context.Context, tx pgx.Tx, driverID string) (*dispa
 	return r, pgErr(err)
 }
 
-// ExpireDueOffersOfDriver marks driverID's PENDING offers whose window closed (expires_at at most
-// slack after PostgreSQL's now, to absorb clock skew between hosts) EXPIRED and returns them.
-func ExpireDueOffersOfDriver(ctx context.Context, tx pgx.Tx, driverID string, slack time.Duration) ([]dispatch.Offer, error) {
-	rows, err := tx.Query(ctx, `UPDATE offers SET status = 'EXPIRED', responded_at = now()
+// DueOffersOfDriver returns driverID's PENDING offers whose window closed (expires_at at most slack
+// after PostgreSQL's now, absorbing the gap between Redis's TTL and PostgreSQL's clock), without
+// locking them: the caller locks each offer's ride first, then expires the offer (ExpireOffer).
+func DueOffersOfDriver(ctx context.Context, q Querier, driverID string, slack time.Duration) ([]dispatch.Offer, error) {
+	rows, err := q.Query(ctx, `SELECT `+offerCols+` FROM offers
 		WHERE driver_id = $1 AND status = 'PENDING' AND expires_at <= now() + $2 * interval '1 millisecond'
-		RETURNING `+offerCols, driverID, slack.Milliseconds())
+		ORDER BY ride_id`, driverID, slack.Milliseconds())
 	if err != nil {
 		return nil, pgErr(err)
 	}
@@ -40,6 +41,17 @@ func ExpireDueOffersOfDriver(ctx context.Context, tx pgx.Tx, driverID string, sl
 	return out, pgErr(rows.Err())
 }
 
+// ExpireOffer marks offer id EXPIRED if it is still PENDING and its window closed (expires_at at
+// most slack after PostgreSQL's now). It reports whether it did. Lock the offer's ride first.
+func ExpireOffer(ctx context.Context, tx pgx.Tx, id string, slack time.Duration) (bool, error) {
+	tag, err := tx.Exec(ctx, `UPDATE offers SET status = 'EXPIRED', responded_at = now()
+		WHERE id = $1 AND status = 'PENDING' AND expires_at <= now() + $2 * interval '1 millisecond'`, id, slack.Milliseconds())
+	if err != nil {
+		return false, pgErr(err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 // DriversWithOverdueOffers returns the drivers holding PENDING offers whose window closed more
 // than grace ago (their timeout was missed), at most limit.
 func DriversWithOverdueOffers(ctx context.Context, q Querier, grace time.Duration, limit int) ([]string, error) {
@@ -52,35 +64,9 @@ func DriversWithOverdueOffers(ctx context.Context, q Querier, grace time.Duratio
 func IdleRequestedRides(ctx context.Context, q Querier, grace time.Duration, limit int) ([]string, error) {
 	return strings1(ctx, q, `SELECT r.id::text FROM rides r
 		WHERE r.status = 'REQUESTED' AND r.updated_at < now() - $1 * interval '1 millisecond'
-		  AND NOT EXISTS (SELECT 1 FROM offers o WHERE o.ride_id = r.id AND o.status = 'PENDING')
+		  AND NOT EXISTS (SELECT 1 FROM offers o WHERE o.ride_id = r.id AND o.status = 'PENDING'
+		                  AND o.expires_at > now() - $1 * interval '1 millisecond')
 		ORDER BY r.created_at LIMIT $2`, grace.Milliseconds(), limit)
-}
-
-// ActiveAssignment is a driver on an ACCEPTED or IN_PROGRESS ride.
-type ActiveAssignment struct {
-	DriverID string
-	RideID   string
-	Status   dispatch.RideStatus
-}
-
-// ActiveAssignments returns every driver with an active ride.
-func ActiveAssignments(ctx context.Context, q Querier) ([]ActiveAssignment, error) {
-	rows, err := q.Query(ctx, `SELECT driver_id, id::text, status FROM rides WHERE status IN ('ACCEPTED','IN_PROGRESS')`)
-	if err != nil {
-		return nil, pgErr(err)
-	}
-	defer rows.Close()
-	var out []ActiveAssignment
-	for rows.Next() {
-		var a ActiveAssignment
-		var st string
-		if err := rows.Scan(&a.DriverID, &a.RideID, &st); err != nil {
-			return nil, pgErr(err)
-		}
-		a.Status = dispatch.RideStatus(st)
-		out = append(out, a)
-	}
-	return out, pgErr(rows.Err())
 }
 
 // TouchRide sets updated_at = now() (and match_note when note is not empty).

@@ -20,15 +20,15 @@ type Querier interface {
 }
 
 const rideCols = `id, rider_id, status, pickup_lat, pickup_lng, dropoff_lat, dropoff_lng, coalesce(driver_id, ''),
-	fare_estimate_cents, est_distance_m, est_duration_s, match_attempts, coalesce(match_note, ''),
-	created_at, first_match_at, first_offered_at, accepted_at, started_at, completed_at, cancelled_at`
+	fare_estimate_cents, est_distance_m, est_duration_s, match_attempts, coalesce(match_note, ''), version,
+	created_at, match_started_at, first_match_at, first_offered_at, accepted_at, started_at, completed_at, cancelled_at`
 
 func scanRide(row pgx.Row) (*dispatch.Ride, error) {
 	var r dispatch.Ride
 	var status string
 	err := row.Scan(&r.ID, &r.RiderID, &status, &r.Pickup.Lat, &r.Pickup.Lng, &r.Dropoff.Lat, &r.Dropoff.Lng,
-		&r.DriverID, &r.FareEstimateCents, &r.EstDistanceM, &r.EstDurationS, &r.MatchAttempts, &r.MatchNote,
-		&r.CreatedAt, &r.FirstMatchAt, &r.FirstOfferedAt, &r.AcceptedAt, &r.StartedAt, &r.CompletedAt, &r.CancelledAt)
+		&r.DriverID, &r.FareEstimateCents, &r.EstDistanceM, &r.EstDurationS, &r.MatchAttempts, &r.MatchNote, &r.Version,
+		&r.CreatedAt, &r.MatchStartedAt, &r.FirstMatchAt, &r.FirstOfferedAt, &r.AcceptedAt, &r.StartedAt, &r.CompletedAt, &r.CancelledAt)
 	if err != nil {
 		return nil, err
 	}
@@ -84,9 +84,9 @@ func InsertRide(ctx context.Context, tx pgx.Tx, r *dispatch.Ride, idempotencyKey
 	}
 	err := tx.QueryRow(ctx, `INSERT INTO rides (id, rider_id, status, pickup_lat, pickup_lng, dropoff_lat, dropoff_lng,
 		fare_estimate_cents, est_distance_m, est_duration_s, idempotency_key)
-		VALUES ($1, $2, 'REQUESTED', $3, $4, $5, $6, $7, $8, $9, $10) RETURNING created_at`,
+		VALUES ($1, $2, 'REQUESTED', $3, $4, $5, $6, $7, $8, $9, $10) RETURNING created_at, match_started_at, version`,
 		r.ID, r.RiderID, r.Pickup.Lat, r.Pickup.Lng, r.Dropoff.Lat, r.Dropoff.Lng,
-		r.FareEstimateCents, r.EstDistanceM, r.EstDurationS, key).Scan(&r.CreatedAt)
+		r.FareEstimateCents, r.EstDistanceM, r.EstDurationS, key).Scan(&r.CreatedAt, &r.MatchStartedAt, &r.Version)
 	if IsUniqueViolation(err, "rides_idempotency") {
 		return err // the caller looks the ride up
 	}
@@ -148,10 +148,12 @@ type StatusChange struct {
 	CancelReason string
 }
 
-// SetRideStatus moves ride id from c.From to c.To (conditional UPDATE ... WHERE status = From) and
-// stamps the matching timestamp. It returns a ride_taken conflict if the ride was no longer in
+// SetRideStatus moves ride id from c.From to c.To (conditional UPDATE ... WHERE status = From),
+// stamps the matching timestamp and bumps the ride's version. A re-opened ride (To REQUESTED) loses
+// its acceptance and starts a fresh retry budget (match_attempts 0, match_started_at now). It returns
+// when the change happened and the new version, a ride_taken conflict if the ride was no longer in
 // c.From, and driver_busy if the driver already has another active ride (the partial unique index).
-func SetRideStatus(ctx context.Context, tx pgx.Tx, id string, c StatusChange) (time.Time, error) {
+func SetRideStatus(ctx context.Context, tx pgx.Tx, id string, c StatusChange) (time.Time, int64, error) {
 	var driver *string
 	if c.DriverID != "" {
 		driver = &c.DriverID
@@ -161,7 +163,7 @@ func SetRideStatus(ctx context.Context, tx pgx.Tx, id string, c StatusChange) (t
 		set = ", " + col + " = now()"
 	}
 	if c.To == dispatch.RideRequested {
-		set = ", accepted_at = NULL" // re-opened: the acceptance no longer holds
+		set = ", accepted_at = NULL, match_attempts = 0, match_started_at = now()"
 	}
 	var by, reason *string
 	if c.To == dispatch.RideCancelled {
@@ -169,14 +171,15 @@ func SetRideStatus(ctx context.Context, tx pgx.Tx, id string, c StatusChange) (t
 		by, reason = &b, &c.CancelReason
 	}
 	var at time.Time
-	err := tx.QueryRow(ctx, `UPDATE rides SET status = $3, driver_id = $4, updated_at = now(),
+	var version int64
+	err := tx.QueryRow(ctx, `UPDATE rides SET status = $3, driver_id = $4, updated_at = now(), version = version + 1,
 		cancelled_by = coalesce($5, cancelled_by), cancel_reason = coalesce($6, cancel_reason)`+set+`
-		WHERE id = $1 AND status = $2 RETURNING updated_at`,
-		id, string(c.From), string(c.To), driver, by, reason).Scan(&at)
+		WHERE id = $1 AND status = $2 RETURNING updated_at, version`,
+		id, string(c.From), string(c.To), driver, by, reason).Scan(&at, &version)
 	if IsNoRows(err) {
-		return at, dispatch.Conflict(dispatch.ReasonRideTaken, fmt.Sprintf("ride %s is no longer %s", id, c.From))
+		return at, 0, dispatch.Conflict(dispatch.ReasonRideTaken, fmt.Sprintf("ride %s is no longer %s", id, c.From))
 	}
-	return at, pgErr(err)
+	return at, version, pgErr(err)
 }
 
 // NoteMatchAttempt counts a match attempt on ride id and records note (why nobody was offered, or "").

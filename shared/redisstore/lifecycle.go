@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -37,37 +36,31 @@ func (s *Store) MarkOffline(ctx context.Context, driverID string) (prev dispatch
 	return dispatch.DriverStatus(str(v[1])), n == 0, nil
 }
 
-// leaveRideScript takes a driver off a ride that was re-opened without him: his ride is cleared
-// (only if it is still that ride) and the ride's live position deleted. His status is left as is.
-// KEYS: driver hash, ride position. ARGV: ride id.
-var leaveRideScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'ride') == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'ride', '')
-  redis.call('HDEL', KEYS[1], 'resume')
-end
-redis.call('DEL', KEYS[2])
+// missScript counts a missed offer, restarting the count when the last miss is older than the
+// memory (Redis's clock). KEYS: driver hash. ARGV: memory ms.
+var missScript = redis.NewScript(redisNowMs + `
+local last = tonumber(redis.call('HGET', KEYS[1], 'missed_at') or '0')
+if now - last > tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'missed', 0) end
+redis.call('HINCRBY', KEYS[1], 'missed', 1)
+redis.call('HSET', KEYS[1], 'missed_at', now)
 return 1
 `)
 
-// LeaveRide clears driverID's ride in Redis if it is rideID (the ride was taken from him), so that
-// his next pings make him available again instead of keeping him on a ride he no longer has.
-func (s *Store) LeaveRide(ctx context.Context, driverID, rideID string) error {
-	return unavailable(leaveRideScript.Run(ctx, s.rdb, []string{s.driverKey(driverID), s.ridePosKey(rideID)}, rideID).Err())
+// RecordMiss counts an offer driverID let expire; misses older than s.MissMemory are forgotten.
+func (s *Store) RecordMiss(ctx context.Context, driverID string) error {
+	return unavailable(missScript.Run(ctx, s.rdb, []string{s.driverKey(driverID)}, s.MissMemory.Milliseconds()).Err())
 }
 
-// missScript counts a missed offer, restarting the count when the last miss is older than the
-// memory. KEYS: driver hash. ARGV: now ms, memory ms.
-var missScript = redis.NewScript(`
-local last = tonumber(redis.call('HGET', KEYS[1], 'missed_at') or '0')
-if tonumber(ARGV[1]) - last > tonumber(ARGV[2]) then redis.call('HSET', KEYS[1], 'missed', 0) end
-redis.call('HINCRBY', KEYS[1], 'missed', 1)
-redis.call('HSET', KEYS[1], 'missed_at', ARGV[1])
-return 1
-`)
-
-// RecordMiss counts an offer driverID let expire; misses older than memory are forgotten.
-func (s *Store) RecordMiss(ctx context.Context, driverID string, memory time.Duration) error {
-	return unavailable(missScript.Run(ctx, s.rdb, []string{s.driverKey(driverID)}, time.Now().UnixMilli(), memory.Milliseconds()).Err())
+// DriverStatus returns driverID's status in Redis ("" when Redis knows nothing of him) and whether
+// his heartbeat key exists, in one round trip.
+func (s *Store) DriverStatus(ctx context.Context, driverID string) (dispatch.DriverStatus, bool, error) {
+	pipe := s.rdb.Pipeline()
+	st := pipe.HGet(ctx, s.driverKey(driverID), "status")
+	hb := pipe.Exists(ctx, s.hbKey(driverID))
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return "", false, unavailable(err)
+	}
+	return dispatch.DriverStatus(st.Val()), hb.Val() == 1, nil
 }
 
 // ScanAvailable returns up to about count members of the available set from cursor, and the next
@@ -122,20 +115,6 @@ func (s *Store) InAvailable(ctx context.Context, ids []string) ([]bool, error) {
 		out[i] = c.Err() == nil
 	}
 	return out, nil
-}
-
-// RestoreOnRide repairs the Redis state of a driver PostgreSQL says is on rideID: out of the
-// available set, status navigating (ACCEPTED) or busy (IN_PROGRESS), ride set.
-func (s *Store) RestoreOnRide(ctx context.Context, driverID, rideID string, ride dispatch.RideStatus) error {
-	st := dispatch.DriverNavigating
-	if ride == dispatch.RideInProgress {
-		st = dispatch.DriverBusy
-	}
-	pipe := s.rdb.TxPipeline()
-	pipe.ZRem(ctx, s.geoKey(), driverID)
-	pipe.HSet(ctx, s.driverKey(driverID), "status", string(st), "ride", rideID)
-	_, err := pipe.Exec(ctx)
-	return unavailable(err)
 }
 
 func atoi64(s string) int64 {

@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -87,127 +89,59 @@ func (s *Store) DriverInfos(ctx context.Context, ids []string) ([]DriverInfo, er
 	return out, nil
 }
 
-// lockScript takes a driver's offer lock (SET NX PX) and, only if it got it, takes him out of the
-// GEO set so concurrent searches stop finding him, and indexes the lock's deadline.
-// KEYS: lock, GEO, deadlines. ARGV: value, TTL ms, driver id, deadline ms.
-var lockScript = redis.NewScript(`
+// lockScript takes a driver's offer lock (SET NX PX) only if he is still eligible, checked in the
+// same atomic step: heartbeat alive, status available, no ride. Only if it got the lock does it take
+// him out of the GEO set (so concurrent searches stop finding him) and index the lock's deadline on
+// Redis's clock. KEYS: lock, GEO, deadlines, driver hash, heartbeat. ARGV: value, TTL ms, driver id.
+// Returns 1 locked, 0 another offer holds him, -1 no longer eligible.
+var lockScript = redis.NewScript(redisNowMs + `
+if redis.call('EXISTS', KEYS[5]) == 0 then return -1 end
+local st = redis.call('HMGET', KEYS[4], 'status', 'ride')
+if st[1] ~= 'available' or (st[2] and st[2] ~= '') then return -1 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('ZREM', KEYS[2], ARGV[3])
-  redis.call('ZADD', KEYS[3], ARGV[4], KEYS[1])
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), KEYS[1])
   return 1
 end
 return 0
 `)
 
-// LockOffer takes driverID's offer lock with value (the offer JSON) for ttl. It returns false if
-// another offer holds him. Only the holder of value may release it (ReleaseOffer).
-func (s *Store) LockOffer(ctx context.Context, driverID, value string, ttl time.Duration) (bool, error) {
-	n, err := lockScript.Run(ctx, s.rdb, []string{s.offerKey(driverID), s.geoKey(), s.DeadlinesKey()},
-		value, ttl.Milliseconds(), driverID, time.Now().Add(ttl).UnixMilli()).Int()
+// LockOffer takes driverID's offer lock holding o for ttl (at least 1 ms). It returns false if
+// another offer holds him or he is no longer available, alive and free of a ride (re-checked
+// atomically). Only the holder of o.OfferID may release it (ReleaseOffer). Errors are CodeUnavailable.
+func (s *Store) LockOffer(ctx context.Context, driverID string, o dispatch.LiveOffer, ttl time.Duration) (bool, error) {
+	value, err := json.Marshal(o)
+	if err != nil {
+		return false, dispatch.Internal(err)
+	}
+	n, err := lockScript.Run(ctx, s.rdb,
+		[]string{s.offerKey(driverID), s.geoKey(), s.DeadlinesKey(), s.driverKey(driverID), s.hbKey(driverID)},
+		value, max(ttl.Milliseconds(), 1), driverID).Int()
 	if err != nil {
 		return false, unavailable(err)
 	}
 	return n == 1, nil
 }
 
-// releaseScript is compare-and-delete: the lock is deleted only if it still holds ARGV[1]. When
-// ARGV[2] is "1" and the driver is still available with a heartbeat, he goes back to the GEO set.
-// KEYS: lock, driver hash, heartbeat, GEO, deadlines. ARGV: value, requeue flag, driver id.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[5], KEYS[1])
-if ARGV[2] == '1' and redis.call('EXISTS', KEYS[3]) == 1 then
-  local st = redis.call('HMGET', KEYS[2], 'status', 'ride', 'lat', 'lng')
-  if st[1] == 'available' and (st[2] == false or st[2] == '') and st[3] and st[4] then
-    redis.call('GEOADD', KEYS[4], st[4], st[3], ARGV[3])
-  end
-end
-return 1
-`)
-
-// ReleaseOffer deletes driverID's offer lock if it still holds value (compare-and-delete, so nobody
-// frees another's lock) and, when requeue is true, puts a still-available, alive driver back in the
-// GEO set. It reports whether the lock was released.
-func (s *Store) ReleaseOffer(ctx context.Context, driverID, value string, requeue bool) (bool, error) {
-	flag := "0"
-	if requeue {
-		flag = "1"
-	}
-	n, err := releaseScript.Run(ctx, s.rdb,
-		[]string{s.offerKey(driverID), s.driverKey(driverID), s.hbKey(driverID), s.geoKey(), s.DeadlinesKey()},
-		value, flag, driverID).Int()
-	if err != nil {
-		return false, unavailable(err)
-	}
-	return n == 1, nil
-}
-
-// OfferLock returns the value of driverID's live offer lock, or "" when none.
-func (s *Store) OfferLock(ctx context.Context, driverID string) (string, error) {
+// OfferLock returns driverID's live offer, or nil when he holds none.
+func (s *Store) OfferLock(ctx context.Context, driverID string) (*dispatch.LiveOffer, error) {
 	v, err := s.rdb.Get(ctx, s.offerKey(driverID)).Result()
 	if errors.Is(err, redis.Nil) {
-		return "", nil
+		return nil, nil
 	}
-	return v, unavailable(err)
-}
-
-// assignScript gives an accepting driver his ride: out of the GEO set, status navigating, ride
-// set, then compare-and-delete of his offer lock. KEYS: driver hash, GEO, lock, ride position,
-// deadlines. ARGV: driver id, ride id, lock value.
-var assignScript = redis.NewScript(`
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('HSET', KEYS[1], 'status', 'navigating', 'ride', ARGV[2])
-redis.call('HDEL', KEYS[1], 'resume')
-if redis.call('GET', KEYS[3]) == ARGV[3] then
-  redis.call('DEL', KEYS[3])
-  redis.call('ZREM', KEYS[5], KEYS[3])
-end
-local p = redis.call('HMGET', KEYS[1], 'lat', 'lng', 'ts')
-if p[1] and p[2] and p[3] then redis.call('HSET', KEYS[4], 'lat', p[1], 'lng', p[2], 'ts', p[3]) end
-return 1
-`)
-
-// AssignRide marks driverID as navigating to rideID's pickup and releases his offer lock lockValue.
-func (s *Store) AssignRide(ctx context.Context, driverID, rideID, lockValue string) error {
-	err := assignScript.Run(ctx, s.rdb,
-		[]string{s.driverKey(driverID), s.geoKey(), s.offerKey(driverID), s.ridePosKey(rideID), s.DeadlinesKey()},
-		driverID, rideID, lockValue).Err()
-	return unavailable(err)
-}
-
-// SetOnRide sets the status of a driver whose ride started (busy).
-func (s *Store) SetOnRide(ctx context.Context, driverID string) error {
-	return unavailable(s.rdb.HSet(ctx, s.driverKey(driverID), "status", string(dispatch.DriverBusy)).Err())
-}
-
-// freeScript ends a driver's ride: status available since now, ride cleared, optionally moved to a
-// new position, and back in the GEO set while his heartbeat lives. KEYS: driver hash, heartbeat,
-// GEO, ride position. ARGV: driver id, now ms, lat ("" keeps), lng.
-var freeScript = redis.NewScript(`
-redis.call('HSET', KEYS[1], 'status', 'available', 'ride', '', 'since', ARGV[2])
-redis.call('HDEL', KEYS[1], 'resume')
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'lat', ARGV[3], 'lng', ARGV[4]) end
-redis.call('DEL', KEYS[4])
-local p = redis.call('HMGET', KEYS[1], 'lat', 'lng')
-if redis.call('EXISTS', KEYS[2]) == 1 and p[1] and p[2] then
-  redis.call('GEOADD', KEYS[3], p[2], p[1], ARGV[1])
-end
-return 1
-`)
-
-// FreeDriver makes driverID available again after rideID ended, at position at when non-nil
-// (the dropoff), and puts him back in the GEO set if his heartbeat is alive.
-func (s *Store) FreeDriver(ctx context.Context, driverID, rideID string, at *dispatch.Point) error {
-	lat, lng := "", ""
-	if at != nil {
-		lat = strconv.FormatFloat(at.Lat, 'f', -1, 64)
-		lng = strconv.FormatFloat(at.Lng, 'f', -1, 64)
+	if err != nil {
+		return nil, unavailable(err)
 	}
-	err := freeScript.Run(ctx, s.rdb,
-		[]string{s.driverKey(driverID), s.hbKey(driverID), s.geoKey(), s.ridePosKey(rideID)},
-		driverID, ms(time.Now()), lat, lng).Err()
-	return unavailable(err)
+	return decodeOffer(v)
+}
+
+// decodeOffer decodes an offer lock value.
+func decodeOffer(v string) (*dispatch.LiveOffer, error) {
+	var o dispatch.LiveOffer
+	if err := json.Unmarshal([]byte(v), &o); err != nil {
+		return nil, dispatch.Internal(fmt.Errorf("redisstore: offer lock value: %w", err))
+	}
+	return &o, nil
 }
 
 // RidePosition is a live driver position for a ride.
@@ -217,13 +151,14 @@ type RidePosition struct {
 	At  time.Time `json:"ts"`
 }
 
-// RidePosition returns the live driver position of rideID, or nil when none is known.
-func (s *Store) RidePosition(ctx context.Context, rideID string) (*RidePosition, error) {
-	v, err := s.rdb.HMGet(ctx, s.ridePosKey(rideID), "lat", "lng", "ts").Result()
+// RidePosition returns the live position of rideID's driver driverID, or nil when none is known
+// or the position Redis holds is not his (a driver who lost the ride never shows on it).
+func (s *Store) RidePosition(ctx context.Context, rideID, driverID string) (*RidePosition, error) {
+	v, err := s.rdb.HMGet(ctx, s.ridePosKey(rideID), "lat", "lng", "ts", "driver").Result()
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	if v[0] == nil || v[1] == nil || v[2] == nil {
+	if v[0] == nil || v[1] == nil || v[2] == nil || driverID == "" || str(v[3]) != driverID {
 		return nil, nil
 	}
 	t, _ := strconv.ParseInt(str(v[2]), 10, 64)

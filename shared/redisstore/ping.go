@@ -38,26 +38,31 @@ type PingResult struct {
 	Rejected string
 	// Status is the driver's status after the ping.
 	Status dispatch.DriverStatus
-	// OfferJSON is the driver's live offer (see OfferLock), empty when none.
-	OfferJSON string
+	// Offer is the driver's live offer, nil when none.
+	Offer *dispatch.LiveOffer
 }
 
 // pingScript applies one ping atomically (one round trip per call, pipelined for batches).
 // KEYS: driver hash, heartbeat, GEO set, offer lock, deadlines. ARGV: driver id, lat, lng, ts ms,
 // status ("" keeps), heading, speed, heartbeat TTL ms, max speed m/s, noise m, ride-pos key prefix,
-// ride-pos TTL ms, server now ms (the heartbeat's deadline is now + TTL).
-// Rules: a ping not newer than the last accepted one is stale and changes nothing; a ping implying
-// a speed above the maximum is a GPS jump: it refreshes the heartbeat but not the position. Drivers
-// on a ride keep the status flagdown gave them. Only available drivers with no ride and no live
-// offer are members of the GEO set.
-var pingScript = redis.NewScript(`
+// ride-pos TTL ms, driver-state TTL ms. The heartbeat's deadline is Redis's clock + TTL.
+// Rules: a ping not newer than the last accepted one is stale: it still proves the driver alive
+// (heartbeat refreshed) but changes nothing else; a ping implying a speed above the maximum is a
+// GPS jump: it refreshes the heartbeat but not the position. Drivers on a ride keep the status
+// flagdown gave them, and only the driver a ride's live position was handed to (field driver, see
+// ApplyAssignment) writes it. Only available drivers with no ride and no live offer are members of
+// the GEO set. The driver hash expires driver-state TTL after the last ping.
+var pingScript = redis.NewScript(redisNowMs + `
 local cur = redis.call('HMGET', KEYS[1], 'ts', 'lat', 'lng', 'status', 'ride')
 local ts = tonumber(ARGV[4])
 local lastTs = tonumber(cur[1])
 local status = cur[4] or 'offline'
 local ride = cur[5] or ''
 local offer = redis.call('GET', KEYS[4])
+redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[8])
+redis.call('ZADD', KEYS[5], now + tonumber(ARGV[8]), KEYS[2])
 if lastTs and ts <= lastTs then
+  redis.call('PEXPIRE', KEYS[1], ARGV[13])
   return {0, 'stale', status, offer or ''}
 end
 local lat, lng = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -89,20 +94,21 @@ else
   lat, lng = plat, plng
 end
 if status == 'available' and prev ~= 'available' then
-  table.insert(fields, 'since'); table.insert(fields, ARGV[4])
+  table.insert(fields, 'since'); table.insert(fields, now)
 end
 redis.call('HSET', KEYS[1], unpack(fields))
-redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[8])
-redis.call('ZADD', KEYS[5], tonumber(ARGV[13]) + tonumber(ARGV[8]), KEYS[2])
-if status == 'available' and ride == '' and not offer then
+redis.call('PEXPIRE', KEYS[1], ARGV[13])
+if status == 'available' and ride == '' and not offer and lat and lng then
   redis.call('GEOADD', KEYS[3], lng, lat, ARGV[1])
 else
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
 if ride ~= '' and applied == 1 then
   local rk = ARGV[11] .. ride
-  redis.call('HSET', rk, 'lat', ARGV[2], 'lng', ARGV[3], 'ts', ARGV[4])
-  redis.call('PEXPIRE', rk, ARGV[12])
+  if redis.call('HGET', rk, 'driver') == ARGV[1] then
+    redis.call('HSET', rk, 'lat', ARGV[2], 'lng', ARGV[3], 'ts', ARGV[4])
+    redis.call('PEXPIRE', rk, ARGV[12])
+  end
 end
 return {applied, rejected, status, offer or ''}
 `)
@@ -135,10 +141,14 @@ func (s *Store) ApplyPings(ctx context.Context, pings []Ping) ([]PingResult, err
 		}
 		applied, _ := vals[0].(int64)
 		out[i] = PingResult{
-			Applied:   applied == 1,
-			Rejected:  str(vals[1]),
-			Status:    dispatch.DriverStatus(str(vals[2])),
-			OfferJSON: str(vals[3]),
+			Applied:  applied == 1,
+			Rejected: str(vals[1]),
+			Status:   dispatch.DriverStatus(str(vals[2])),
+		}
+		if v := str(vals[3]); v != "" {
+			if out[i].Offer, err = decodeOffer(v); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return out, nil
@@ -173,6 +183,6 @@ func (s *Store) pingArgs(p Ping) []any {
 		GPSNoiseM,
 		s.prefix + "ridepos:",
 		s.RidePosTTL.Milliseconds(),
-		time.Now().UnixMilli(),
+		s.DriverStateTTL.Milliseconds(),
 	}
 }

@@ -5,13 +5,22 @@
 // Keys (all under the configured prefix P):
 //
 //	P driver:{id}        hash: status, lat, lng, ts (ms of the last accepted ping), seen (ms of the
-//	                     last ping), heading, speed, ride (active ride id), since (ms available since), rating,
-//	                     missed / missed_at (offers let expire), resume (status to restore when a driver
-//	                     on a ride comes back online)
+//	                     last ping), heading, speed, ride (active ride id), epoch (assignment epoch of
+//	                     ride, from PostgreSQL), since (ms available since), rating, missed / missed_at
+//	                     (offers let expire), resume (status to restore when a driver on a ride comes
+//	                     back online); expires DriverStateTTL after the last ping
 //	P hb:{id}            heartbeat, value = ping time ms, TTL = heartbeat TTL
 //	P geo:available      GEO set of available drivers (member = driver id; Redis stores lng, lat)
-//	P offer:{id}         offer lock of a driver, value = the offer as JSON, TTL = offer window
-//	P ridepos:{ride id}  hash lat, lng, ts: the live driver position of an ACCEPTED/IN_PROGRESS ride
+//	P onride             set of the drivers whose hash holds a ride (reconcile and verify read it)
+//	P offer:{id}         offer lock of a driver, value = the offer as JSON (dispatch.LiveOffer), TTL =
+//	                     offer window
+//	P ridepos:{ride id}  hash lat, lng, ts, driver, ver: the live position of the ride's driver while it
+//	                     is ACCEPTED/IN_PROGRESS; only that driver's pings write it, and ver (the ride
+//	                     version that handed it to him) guards it like the epoch guards the hash
+//
+// Redis is a projection of PostgreSQL that cannot go backwards: a driver's ride changes only
+// through ApplyAssignment, compare-and-set on the epoch PostgreSQL gave the change (see
+// dispatch.Effects). Scripts that stamp times or deadlines use Redis's clock (TIME), never the host's.
 //
 // Ids that an expiry must act on (driver, ride) are in the key names, as the design notes require.
 package redisstore
@@ -38,11 +47,17 @@ type Store struct {
 	MaxSpeedMPS float64
 	// RidePosTTL bounds how long a live ride position is kept without pings.
 	RidePosTTL time.Duration
+	// DriverStateTTL is how long a driver's hash lives after his last ping (retention).
+	DriverStateTTL time.Duration
+	// MissMemory is how long a missed offer counts against a driver (RecordMiss).
+	MissMemory time.Duration
 }
 
-// New returns a Store over rdb with every key under prefix.
+// New returns a Store over rdb with every key under prefix; DriverStateTTL (24 h) and MissMemory
+// (30 min) get their defaults, which the caller may change before first use.
 func New(rdb redis.UniversalClient, prefix string, heartbeatTTL time.Duration, maxSpeedMPS float64) *Store {
-	return &Store{rdb: rdb, prefix: prefix, HeartbeatTTL: heartbeatTTL, MaxSpeedMPS: maxSpeedMPS, RidePosTTL: 2 * time.Hour}
+	return &Store{rdb: rdb, prefix: prefix, HeartbeatTTL: heartbeatTTL, MaxSpeedMPS: maxSpeedMPS, RidePosTTL: 2 * time.Hour,
+		DriverStateTTL: 24 * time.Hour, MissMemory: 30 * time.Minute}
 }
 
 // Open parses a redis:// URL and returns a connected client.
@@ -69,6 +84,7 @@ func (s *Store) hbKey(id string) string      { return s.prefix + "hb:" + id }
 func (s *Store) geoKey() string              { return s.prefix + "geo:available" }
 func (s *Store) offerKey(id string) string   { return s.prefix + "offer:" + id }
 func (s *Store) ridePosKey(id string) string { return s.prefix + "ridepos:" + id }
+func (s *Store) onRideKey() string           { return s.prefix + "onride" }
 
 // Ping checks the connection.
 func (s *Store) Ping(ctx context.Context) error {

@@ -54,18 +54,18 @@ func (s *Store) Prefix() string { return s.prefix }
 // retryKey is the retry timer of a ride.
 func (s *Store) retryKey(rideID string) string { return s.prefix + "retry:" + rideID }
 
-// setTimerScript sets a timer key with a TTL and indexes its deadline. KEYS: timer, deadlines.
-// ARGV: value, TTL ms, deadline ms.
-var setTimerScript = redis.NewScript(`
+// setTimerScript sets a timer key with a TTL and indexes its deadline (Redis's clock + TTL).
+// KEYS: timer, deadlines. ARGV: value, TTL ms.
+var setTimerScript = redis.NewScript(redisNowMs + `
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('ZADD', KEYS[2], ARGV[3], KEYS[1])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), KEYS[1])
 return 1
 `)
 
 // SetRetryTimer arms rideID's retry timer to fire after wait. value is informational (the attempt).
 func (s *Store) SetRetryTimer(ctx context.Context, rideID, value string, wait time.Duration) error {
 	err := setTimerScript.Run(ctx, s.rdb, []string{s.retryKey(rideID), s.DeadlinesKey()},
-		value, wait.Milliseconds(), time.Now().Add(wait).UnixMilli()).Err()
+		value, max(wait.Milliseconds(), 1)).Err()
 	return unavailable(err)
 }
 

@@ -1,0 +1,99 @@
+package dispatch
+
+import "time"
+
+// Effects are the Redis changes a committed PostgreSQL change asks for. The lifecycle service
+// returns them from a transaction and applies them only after the commit (never before), so Redis
+// is a projection of PostgreSQL: an effect that fails to apply is left to reconcile, which re-derives
+// it from PostgreSQL. Every assignment effect carries its versions, so applying one late, twice or
+// out of order is a no-op (see Assignment).
+type Effects struct {
+	// Assignments are changes of drivers' active rides, applied compare-and-set on Epoch.
+	Assignments []Assignment
+	// ReleaseOffers are offer locks to delete (compare-and-delete on the offer id).
+	ReleaseOffers []OfferRelease
+	// RetryTimers are retry timers to arm.
+	RetryTimers []RetryTimer
+	// ClearRetryTimers are rides whose retry timer must be disarmed.
+	ClearRetryTimers []string
+	// Misses are drivers who let an offer expire (counted against them in the score).
+	Misses []string
+	// Offline are drivers to mark offline in Redis unless their heartbeat lives again.
+	Offline []string
+}
+
+// Add appends the effects of o to e.
+func (e *Effects) Add(o Effects) {
+	e.Assignments = append(e.Assignments, o.Assignments...)
+	e.ReleaseOffers = append(e.ReleaseOffers, o.ReleaseOffers...)
+	e.RetryTimers = append(e.RetryTimers, o.RetryTimers...)
+	e.ClearRetryTimers = append(e.ClearRetryTimers, o.ClearRetryTimers...)
+	e.Misses = append(e.Misses, o.Misses...)
+	e.Offline = append(e.Offline, o.Offline...)
+}
+
+// Empty reports whether e asks for nothing.
+func (e Effects) Empty() bool {
+	return len(e.Assignments)+len(e.ReleaseOffers)+len(e.RetryTimers)+len(e.ClearRetryTimers)+len(e.Misses)+len(e.Offline) == 0
+}
+
+// Assignment is a driver's assignment as PostgreSQL holds it after a change (the driver_assignments
+// row): his active ride, or none. Redis applies it only when Epoch is newer than the epoch it holds
+// for the driver, so a late, duplicated or snapshot-based write never moves Redis backwards.
+type Assignment struct {
+	DriverID string
+	// Epoch is driver_assignments.epoch after the change; it grows by one with every change of the
+	// driver's assignment, in commit order (the row is locked by the change).
+	Epoch int64
+	// RideID is the driver's active ride after the change; empty when he is free.
+	RideID string
+	// RideStatus is ACCEPTED or IN_PROGRESS when RideID is set, empty otherwise.
+	RideStatus RideStatus
+	// RideVersion is rides.version after the change of the ride named by RideID or, when the driver
+	// is freed, of the ride he leaves (PrevRideID). It guards the ride's live position the same way.
+	RideVersion int64
+	// PrevRideID is the ride the driver leaves with this change, empty when none.
+	PrevRideID string
+	// At, when set on a free assignment, is where the driver now is (the dropoff of a completed ride).
+	At *Point
+}
+
+// DriverStatusOnRide is the Redis status of a driver whose ride is in status s: navigating to the
+// pickup while ACCEPTED, busy while IN_PROGRESS.
+func DriverStatusOnRide(s RideStatus) DriverStatus {
+	if s == RideInProgress {
+		return DriverBusy
+	}
+	return DriverNavigating
+}
+
+// OfferRelease asks to delete a driver's offer lock if it still holds OfferID.
+type OfferRelease struct {
+	DriverID string
+	OfferID  string
+	// Requeue puts a still-available, alive driver back in the available set (a decline or a
+	// cancelled ride: he is free for other offers at once).
+	Requeue bool
+}
+
+// RetryTimer asks to arm a ride's retry timer.
+type RetryTimer struct {
+	RideID string
+	// Attempt is the number of match attempts so far (informational, stored as the timer's value).
+	Attempt int
+	// Wait is how long until the timer fires.
+	Wait time.Duration
+}
+
+// RetryWait is the wait before match attempt attempts+1 of a ride nobody could be offered:
+// base × 2^(attempts−1), capped at max (FLAGDOWN_RETRY_BASE, FLAGDOWN_RETRY_MAX_WAIT).
+func RetryWait(base, max time.Duration, attempts int) time.Duration {
+	w := base
+	for i := 1; i < attempts && w < max; i++ {
+		w *= 2
+	}
+	if w > max {
+		w = max
+	}
+	return w
+}

@@ -1,0 +1,132 @@
+package lifecycle
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flagdown/flagdown/events"
+	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/pgstore"
+)
+
+// Match outcomes.
+const (
+	MatchOffered   = "offered"
+	MatchNoDriver  = "no_driver"
+	MatchDuplicate = "duplicate"
+	MatchNotNeeded = "not_needed"
+	// MatchUnmatched: nobody could be offered within the retry budget; the ride is UNMATCHED.
+	MatchUnmatched = "unmatched"
+)
+
+// Window is the offer window of one match attempt.
+type Window struct {
+	// ExpiresAt ends the window by PostgreSQL's clock (offers.expires_at, shown to the driver).
+	ExpiresAt time.Time
+	// until is the same instant on this process's monotonic clock.
+	until time.Time
+}
+
+// LockTTL is how long the offer lock must live from now for the window to end at ExpiresAt,
+// measured on the monotonic clock (a host clock set seconds off does not change it).
+func (w Window) LockTTL() time.Duration { return time.Until(w.until) }
+
+// Pick searches for the best available driver for ride, excluding drivers already offered it, and
+// takes his offer lock for win; it returns the offer it locked (ID, DriverID, DistanceM, Score set;
+// ExpiresAt is win.ExpiresAt) or nil and a note saying why nobody could be offered.
+type Pick func(ctx context.Context, ride *dispatch.Ride, excluded map[string]bool, win Window) (*dispatch.Offer, string, error)
+
+// Match runs one match attempt of rideID, triggered by ev: with the ride locked it expires offers
+// whose window closed, then calls pick. An offer found is recorded PENDING with ride.offered; when
+// nobody could be offered the attempt and its note are recorded and a retry timer armed with
+// backoff, or, past FLAGDOWN_RETRY_MAX_ATTEMPTS or FLAGDOWN_RETRY_BUDGET (counted from
+// match_started_at), the ride becomes UNMATCHED (ride.unmatched). If the transaction fails after
+// pick locked a driver, his lock is released. Outcomes: MatchOffered, MatchNoDriver,
+// MatchUnmatched, MatchDuplicate, MatchNotNeeded (no longer REQUESTED, or a live offer exists).
+func (s *Service) Match(ctx context.Context, rideID string, ev *EventRef, pick Pick) (string, error) {
+	c := s.d.Config
+	outcome := ""
+	var locked *dispatch.Offer
+	first, err := s.change(ctx, ev, func(tx pgx.Tx, fx *dispatch.Effects) error {
+		locked, outcome = nil, ""
+		ride, err := lockRide(ctx, tx, rideID)
+		if err != nil {
+			return err
+		}
+		if _, err := dispatch.Transition(ride.Status, dispatch.ActionOffer, dispatch.ActorSystem); err != nil {
+			outcome = MatchNotNeeded
+			return nil
+		}
+		excluded, pending, now, err := pgstore.PrepareMatch(ctx, tx, ride.ID)
+		if err != nil || pending {
+			outcome = MatchNotNeeded
+			return err
+		}
+		win := Window{ExpiresAt: now.Add(c.OfferWindow), until: time.Now().Add(c.OfferWindow)}
+		offer, note, err := pick(ctx, ride, excluded, win)
+		if err != nil {
+			return err
+		}
+		if offer == nil {
+			if err := pgstore.NoteMatchAttempt(ctx, tx, ride.ID, false, note); err != nil {
+				return err
+			}
+			attempts := ride.MatchAttempts + 1
+			if attempts >= c.RetryMaxAttempts || now.Sub(ride.MatchStartedAt) >= c.RetryBudget {
+				outcome = MatchUnmatched
+				return s.unmatch(ctx, tx, ride, attempts, note)
+			}
+			outcome = MatchNoDriver
+			fx.RetryTimers = append(fx.RetryTimers, dispatch.RetryTimer{
+				RideID: ride.ID, Attempt: attempts, Wait: dispatch.RetryWait(c.RetryBase, c.RetryMaxWait, attempts),
+			})
+			return nil
+		}
+		locked = offer
+		offer.RideID, offer.ExpiresAt = ride.ID, win.ExpiresAt
+		if err := pgstore.InsertOffer(ctx, tx, offer); err != nil {
+			return err
+		}
+		if err := pgstore.NoteMatchAttempt(ctx, tx, ride.ID, true, ""); err != nil {
+			return err
+		}
+		outcome = MatchOffered
+		_, err = pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
+			Type: events.RideOffered, Source: s.Source, Subject: ride.ID,
+			Data: events.RideOfferedData{
+				RideID: ride.ID, OfferID: offer.ID, DriverID: offer.DriverID, DistanceM: offer.DistanceM,
+				Pickup: events.Point{Lat: ride.Pickup.Lat, Lng: ride.Pickup.Lng}, ExpiresAt: offer.ExpiresAt.UTC(),
+			},
+		})
+		return err
+	})
+	if !first {
+		return MatchDuplicate, err
+	}
+	if err != nil && locked != nil {
+		// The offer was not recorded: free the driver we locked.
+		if _, rerr := s.d.Redis.ReleaseOffer(context.WithoutCancel(ctx), locked.DriverID, locked.ID, true); rerr != nil {
+			s.d.Log.Error("release offer lock after failed match", "driver_id", locked.DriverID, "err", rerr)
+		}
+	}
+	return outcome, err
+}
+
+// unmatch ends a ride nobody could be offered within the retry budget.
+func (s *Service) unmatch(ctx context.Context, tx pgx.Tx, ride *dispatch.Ride, attempts int, note string) error {
+	to, err := dispatch.Transition(ride.Status, dispatch.ActionUnmatch, dispatch.ActorSystem)
+	if err != nil {
+		return err
+	}
+	at, _, err := pgstore.SetRideStatus(ctx, tx, ride.ID, pgstore.StatusChange{From: ride.Status, To: to})
+	if err != nil {
+		return err
+	}
+	_, err = pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
+		Type: events.RideUnmatched, Source: s.Source, Subject: ride.ID,
+		Data: events.RideUnmatchedData{RideID: ride.ID, RiderID: ride.RiderID, Attempts: attempts, Reason: note, At: at.UTC()},
+	})
+	return err
+}

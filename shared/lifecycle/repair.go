@@ -1,0 +1,126 @@
+package lifecycle
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/flagdown/flagdown/shared/pgstore"
+	"github.com/flagdown/flagdown/shared/redisstore"
+)
+
+// AssignmentCheck is one driver's assignment as PostgreSQL and Redis hold it.
+type AssignmentCheck struct {
+	DriverID string
+	// PG is his driver_assignments row (zero when he has none).
+	PG pgstore.AssignmentRow
+	// HasRow reports whether PG is a real row.
+	HasRow bool
+	// Redis is what Redis holds of him.
+	Redis redisstore.AssignmentState
+}
+
+// Settled reports whether the PostgreSQL side changed longer than grace ago, so that an effect
+// still on its way to Redis is not taken for a divergence.
+func (c AssignmentCheck) Settled(grace time.Duration) bool { return !c.HasRow || c.PG.Age >= grace }
+
+// Diverged reports whether Redis disagrees with PostgreSQL about the driver's ride: a different
+// ride (or one where PostgreSQL has none), or in the available set while on a ride.
+func (c AssignmentCheck) Diverged() bool {
+	if c.Redis.RideID != c.PG.RideID {
+		return true
+	}
+	return c.PG.RideID != "" && c.Redis.InAvailable
+}
+
+// CheckAssignments compares every driver PostgreSQL has on a ride, and every driver Redis shows on
+// a ride, between the two stores. The result is sorted by driver id.
+func CheckAssignments(ctx context.Context, db pgstore.Querier, rs *redisstore.Store) ([]AssignmentCheck, error) {
+	active, err := pgstore.ActiveAssignments(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	onRide, err := rs.OnRideDrivers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows := make(map[string]pgstore.AssignmentRow, len(active))
+	for _, a := range active {
+		rows[a.DriverID] = a
+	}
+	var missing []string
+	for _, id := range onRide {
+		if _, ok := rows[id]; !ok {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		more, err := pgstore.AssignmentsOf(ctx, db, missing)
+		if err != nil {
+			return nil, err
+		}
+		for id, a := range more {
+			rows[id] = a
+		}
+	}
+	ids := make([]string, 0, len(rows)+len(missing))
+	seen := map[string]bool{}
+	for id := range rows {
+		ids, seen[id] = append(ids, id), true
+	}
+	for _, id := range missing {
+		if !seen[id] {
+			ids, seen[id] = append(ids, id), true
+		}
+	}
+	sort.Strings(ids)
+	out := make([]AssignmentCheck, 0, len(ids))
+	for start := 0; start < len(ids); start += 500 {
+		chunk := ids[start:min(start+500, len(ids))]
+		states, err := rs.AssignmentStates(ctx, chunk)
+		if err != nil {
+			return nil, err
+		}
+		for i, id := range chunk {
+			row, ok := rows[id]
+			out = append(out, AssignmentCheck{DriverID: id, PG: row, HasRow: ok, Redis: states[i]})
+		}
+	}
+	return out, nil
+}
+
+// RepairAssignments makes Redis hold PostgreSQL's assignment of every driver on whom the two
+// disagree (CheckAssignments), in both directions: a driver PostgreSQL has free but Redis shows on
+// a ride (with that ride's live position) is freed; a driver PostgreSQL has on a ride but Redis
+// shows free, on another ride or in the available set gets his ride back. Drivers whose assignment
+// changed less than grace ago are left alone (their effect may still be on its way). Every repair
+// is ApplyAssignment, compare-and-set on the epoch read from PostgreSQL, so a snapshot that a newer
+// change overtook is a no-op: it repairs nothing that was right. It returns how many drivers it
+// changed; the ones it could not (on a ride in Redis with no row in PostgreSQL) are logged.
+func (s *Service) RepairAssignments(ctx context.Context, grace time.Duration) (int, error) {
+	checks, err := CheckAssignments(ctx, s.d.DB.Pool, s.d.Redis)
+	if err != nil {
+		return 0, err
+	}
+	fixed := 0
+	for _, c := range checks {
+		if !c.Settled(grace) || !c.Diverged() {
+			continue
+		}
+		if !c.HasRow {
+			s.d.Log.Warn("driver on a ride in Redis has no assignment in PostgreSQL; left alone", "driver_id", c.DriverID, "ride_id", c.Redis.RideID)
+			continue
+		}
+		res, err := s.d.Redis.ApplyAssignment(ctx, c.PG.Assignment)
+		if err != nil {
+			return fixed, err
+		}
+		if res != redisstore.AssignNoop {
+			fixed++
+			s.d.Log.Warn("reconcile repaired a driver's assignment in Redis", "driver_id", c.DriverID,
+				"redis_ride", c.Redis.RideID, "redis_epoch", c.Redis.Epoch, "pg_ride", c.PG.RideID, "pg_epoch", c.PG.Epoch)
+		}
+	}
+	return fixed, nil
+}
+

@@ -1,0 +1,183 @@
+package lifecycle
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flagdown/flagdown/events"
+	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/pgstore"
+)
+
+// DriverOffline handles a driver whose heartbeat expired. It reads his Redis status first and does
+// nothing if he pinged again meanwhile (stale). Otherwise, in one transaction: driver.status.changed
+// (when Redis showed him anything but offline); an ACCEPTED ride of his is re-opened for matching
+// without him (ride.reopened, by system, reason driver_offline; a fresh retry budget) and his
+// assignment cleared; an IN_PROGRESS ride only raises ride.driver.offline. After the commit Redis
+// gets his assignment and marks him offline (unless a ping came in between). Redis is written only
+// after the commit, so a retried delivery after a failed commit sees the same state and emits the
+// same events. reason is recorded in the events.
+func (s *Service) DriverOffline(ctx context.Context, driverID, reason string, ev *EventRef) (Outcome, error) {
+	prev, alive, err := s.d.Redis.DriverStatus(ctx, driverID)
+	if err != nil {
+		return "", err
+	}
+	if alive {
+		return OutcomeStale, nil
+	}
+	out := OutcomeDone
+	first, err := s.change(ctx, ev, func(tx pgx.Tx, fx *dispatch.Effects) error {
+		out = OutcomeDone
+		fx.Offline = append(fx.Offline, driverID)
+		now := time.Now().UTC()
+		if prev != dispatch.DriverOffline && prev != "" { // "": Redis knew nothing of him
+			if _, err := pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
+				Type: events.DriverStatusChanged, Source: s.Source, Subject: driverID,
+				Data: events.DriverStatusChangedData{DriverID: driverID, From: string(prev), To: string(dispatch.DriverOffline), Reason: reason, At: now},
+			}); err != nil {
+				return err
+			}
+		}
+		ride, err := pgstore.ActiveRideOfDriver(ctx, tx, driverID) // locks the ride row
+		if err != nil {
+			return err
+		}
+		if ride == nil {
+			if prev == dispatch.DriverOffline || prev == "" {
+				out = OutcomeStale
+			}
+			return nil
+		}
+		switch ride.Status {
+		case dispatch.RideAccepted:
+			to, err := dispatch.Transition(ride.Status, dispatch.ActionReopen, dispatch.ActorSystem)
+			if err != nil {
+				return err
+			}
+			at, version, err := pgstore.SetRideStatus(ctx, tx, ride.ID, pgstore.StatusChange{From: ride.Status, To: to})
+			if err != nil {
+				return err
+			}
+			if err := pgstore.TouchRide(ctx, tx, ride.ID, "driver "+driverID+" went offline; matching again"); err != nil {
+				return err
+			}
+			a, err := free(ctx, tx, driverID, ride, version, nil)
+			if err != nil {
+				return err
+			}
+			fx.Assignments = append(fx.Assignments, a)
+			_, err = pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
+				Type: events.RideReopened, Source: s.Source, Subject: ride.ID,
+				Data: events.RideTransitionData{RideID: ride.ID, RiderID: ride.RiderID, DriverID: driverID,
+					From: string(ride.Status), To: string(to), By: string(dispatch.ActorSystem),
+					Reason: "driver_offline", At: at.UTC()},
+			})
+			return err
+		case dispatch.RideInProgress:
+			if prev == dispatch.DriverOffline {
+				out = OutcomeStale // alerted already
+				return nil
+			}
+			_, err := pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
+				Type: events.RideDriverOffline, Source: s.Source, Subject: ride.ID,
+				Data: events.RideDriverOfflineData{RideID: ride.ID, DriverID: driverID, Status: string(ride.Status), At: now},
+			})
+			return err
+		}
+		return nil
+	})
+	if !first {
+		return OutcomeDuplicate, err
+	}
+	return out, err
+}
+
+// OfferTimedOut handles a driver's offer lock that expired: each of his PENDING offers whose window
+// closed becomes EXPIRED (its ride locked first, then the offer), each still-REQUESTED ride is
+// matched again without him (ride.offer.expired), and the miss counts against him in scoring. It is
+// stale when no such offer exists (he answered, or it was handled already).
+func (s *Service) OfferTimedOut(ctx context.Context, driverID string, ev *EventRef) (Outcome, error) {
+	due, err := pgstore.DueOffersOfDriver(ctx, s.d.DB.Pool, driverID, OfferClockSlack)
+	if err != nil {
+		return "", err
+	}
+	expired := 0
+	first, err := s.change(ctx, ev, func(tx pgx.Tx, fx *dispatch.Effects) error {
+		expired = 0
+		for _, o := range due { // ordered by ride id: two handlers lock rides in the same order
+			ride, err := lockRide(ctx, tx, o.RideID)
+			if err != nil {
+				return err
+			}
+			ok, err := pgstore.ExpireOffer(ctx, tx, o.ID, OfferClockSlack)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue // answered or expired meanwhile
+			}
+			expired++
+			fx.ReleaseOffers = append(fx.ReleaseOffers, dispatch.OfferRelease{DriverID: driverID, OfferID: o.ID, Requeue: true})
+			if _, err := dispatch.Transition(ride.Status, dispatch.ActionExpire, dispatch.ActorSystem); err != nil {
+				continue // the ride moved on (cancelled): nothing to match
+			}
+			if err := pgstore.TouchRide(ctx, tx, ride.ID, ""); err != nil {
+				return err
+			}
+			if _, err := pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
+				Type: events.RideOfferExpired, Source: s.Source, Subject: ride.ID,
+				Data: events.RideOfferExpiredData{RideID: ride.ID, OfferID: o.ID, DriverID: driverID, ExpiresAt: o.ExpiresAt.UTC()},
+			}); err != nil {
+				return err
+			}
+		}
+		if expired > 0 {
+			fx.Misses = append(fx.Misses, driverID)
+		}
+		return nil
+	})
+	if !first {
+		return OutcomeDuplicate, err
+	}
+	if err != nil {
+		return "", err
+	}
+	if expired == 0 {
+		return OutcomeStale, nil
+	}
+	return OutcomeDone, nil
+}
+
+// RetryDue asks for another match of rideID (ride.retry) if it is still REQUESTED without a live
+// offer; reason is retry_timer or reconcile.
+func (s *Service) RetryDue(ctx context.Context, rideID, reason string, ev *EventRef) (Outcome, error) {
+	out := OutcomeStale
+	first, err := s.change(ctx, ev, func(tx pgx.Tx, fx *dispatch.Effects) error {
+		out = OutcomeStale
+		ride, err := lockRide(ctx, tx, rideID)
+		if err != nil {
+			return err
+		}
+		if ride.Status != dispatch.RideRequested {
+			return nil
+		}
+		if live, err := pgstore.HasLiveOffer(ctx, tx, rideID); err != nil || live {
+			return err
+		}
+		if err := pgstore.TouchRide(ctx, tx, rideID, ""); err != nil {
+			return err
+		}
+		out = OutcomeDone
+		_, err = pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
+			Type: events.RideRetry, Source: s.Source, Subject: rideID,
+			Data: events.RideRetryData{RideID: rideID, Attempt: ride.MatchAttempts, Reason: reason},
+		})
+		return err
+	})
+	if !first {
+		return OutcomeDuplicate, err
+	}
+	return out, err
+}
