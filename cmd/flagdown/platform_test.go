@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/flagdown/flagdown/cmd/flagdown/internal/replay"
-	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/internal/testkit"
+	"github.com/flagdown/flagdown/shared/config"
 )
 
 // startTestPlatform runs the whole local platform (gateway, broker, triggers, relay, expiry source,

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/internal/testkit"
+	"github.com/flagdown/flagdown/shared/config"
 )
 
 // post sends body as JSON to the platform and decodes the answer into out (when non-nil).

@@ -4,15 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/flagdown/flagdown/events"
+	"github.com/flagdown/flagdown/internal/testkit/fntest"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/pgstore"
-	"github.com/flagdown/flagdown/internal/testkit/fntest"
 )
 
 var (
@@ -260,7 +261,11 @@ func TestAcceptRejects(t *testing.T) {
 	}{
 		{"a driver without an offer", fntest.JSON{"ride_id": rideID, "driver_id": other}, 409, "", dispatch.ReasonNotYourOffer},
 		{"an unknown ride", fntest.JSON{"ride_id": "00000000-0000-4000-8000-000000000000", "driver_id": driver}, 404, "", ""},
-		{"a ride id that is not a uuid", fntest.JSON{"ride_id": "nope", "driver_id": driver}, 404, "", ""},
+		{"a ride id that is not a uuid", fntest.JSON{"ride_id": "nope", "driver_id": driver}, 400, "ride_id", ""},
+		{"a ride id with NUL", fntest.JSON{"ride_id": rideID + "\x00", "driver_id": driver}, 400, "ride_id", ""},
+		{"an upper-case ride id", fntest.JSON{"ride_id": strings.ToUpper(rideID), "driver_id": driver}, 400, "ride_id", ""},
+		{"a driver id with a hash tag", fntest.JSON{"ride_id": rideID, "driver_id": "{d-1}"}, 400, "driver_id", ""},
+		{"a driver id with NUL", fntest.JSON{"ride_id": rideID, "driver_id": "d\x001"}, 400, "driver_id", ""},
 		{"an empty driver id", fntest.JSON{"ride_id": rideID, "driver_id": ""}, 400, "driver_id", ""},
 		{"an empty ride id", fntest.JSON{"ride_id": "", "driver_id": driver}, 400, "ride_id", ""},
 		{"an unknown field", `{"ride_id": "` + rideID + `", "driver_id": "d-1", "x": 1}`, 400, "x", ""},

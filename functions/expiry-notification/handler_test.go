@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/flagdown/flagdown/events"
+	"github.com/flagdown/flagdown/internal/testkit/fntest"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
-	"github.com/flagdown/flagdown/internal/testkit/fntest"
 )
 
 var (

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/flagdown/flagdown/events"
-	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
+	"github.com/flagdown/flagdown/shared/dispatch"
 )
 
 var (

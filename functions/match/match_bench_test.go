@@ -23,13 +23,13 @@ import (
 
 	"github.com/flagdown/flagdown/events"
 	match "github.com/flagdown/flagdown/functions/match"
+	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/cloudevent"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/pgstore"
 	"github.com/flagdown/flagdown/shared/redisstore"
-	"github.com/flagdown/flagdown/internal/testkit"
 )
 
 // offsetM returns p moved dy metres north and dx metres east.

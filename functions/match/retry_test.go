@@ -8,8 +8,8 @@ import (
 
 	"github.com/flagdown/flagdown/events"
 	match "github.com/flagdown/flagdown/functions/match"
-	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
+	"github.com/flagdown/flagdown/shared/config"
 )
 
 // retryEvent is the ride.retry event the expiry-notification function emits when rideID's retry

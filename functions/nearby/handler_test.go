@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flagdown/flagdown/internal/testkit/fntest"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
-	"github.com/flagdown/flagdown/internal/testkit/fntest"
 )
 
 func TestNearbyAnswersLatLngInOurOrderNearestFirst(t *testing.T) {

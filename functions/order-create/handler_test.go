@@ -13,10 +13,10 @@ import (
 	"testing"
 
 	"github.com/flagdown/flagdown/events"
-	"github.com/flagdown/flagdown/shared/config"
-	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
+	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/dispatch"
 )
 
 var (
@@ -71,6 +71,74 @@ func TestOrderCreateRejectsBadInputAndWritesNothing(t *testing.T) {
 			assertRejected(t, env, tc.body, tc.headers, tc.wantStatus, tc.wantField, tc.wantRule)
 		})
 	}
+}
+
+// TestOrderCreateRejectsUnsafeIDsAndKeys sends ids and Idempotency-Keys that must never reach
+// PostgreSQL (NUL, invalid UTF-8) or a Redis Cluster key (braces, spaces), and expects a 400 naming
+// the field with nothing written.
+func TestOrderCreateRejectsUnsafeIDsAndKeys(t *testing.T) {
+	t.Parallel()
+	env := fntest.NewEnv(t, nil)
+	env.CreateRide(t, "r-existing", pickup, dropoff)
+	const ends = `"pickup": {"lat": 40.7549, "lng": -73.9840}, "dropoff": {"lat": 40.7306, "lng": -73.9866}`
+	rider := func(rawJSONString string) string { return `{"rider_id": ` + rawJSONString + `, ` + ends + `}` }
+	good := rider(`"r-1"`)
+	const charset = "must contain only ASCII letters, digits and -_.:@+="
+	tests := []struct {
+		name      string
+		body      string
+		key       string
+		wantField string
+		wantRule  string
+	}{
+		{"rider id with NUL (JSON escape)", rider(`"r\u00001"`), "", "rider_id", "found U+0000 at byte 1"},
+		{"rider id with another control character", rider(`"r\u001b1"`), "", "rider_id", "found U+001B"},
+		{"rider id with an opening brace", rider(`"{r-1"`), "", "rider_id", "found '{' at byte 0"},
+		{"rider id with a Redis hash tag", rider(`"r-{1}"`), "", "rider_id", "found '{' at byte 2"},
+		{"rider id with a closing brace", rider(`"r}1"`), "", "rider_id", "found '}'"},
+		{"rider id with a space", rider(`"r 1"`), "", "rider_id", "found U+0020 at byte 1"},
+		{"rider id with a newline (JSON escape)", rider(`"r\n1"`), "", "rider_id", "found U+000A"},
+		{"rider id with invalid UTF-8 bytes in the raw body", rider("\"r\xff\xfe1\""), "", "rider_id", charset},
+		{"rider id with a lone surrogate escape", rider(`"r\ud8001"`), "", "rider_id", charset},
+		{"rider id with non-ASCII letters", rider(`"司机"`), "", "rider_id", charset},
+		{"rider id over 128 bytes of multi-byte characters", rider(`"` + strings.Repeat("é", 65) + `"`), "", "rider_id", "at most 128 bytes"},
+		{"rider id far over the limit", rider(`"` + strings.Repeat("r", 600) + `"`), "", "rider_id", "at most 128 bytes"},
+		{"invalid UTF-8 outside any string", good[:len(good)-1] + "\xff}", "", "body", "valid JSON"},
+		{"Idempotency-Key with NUL", good, "k\x001", "Idempotency-Key", "found U+0000 at byte 1"},
+		{"Idempotency-Key with a control character", good, "k\x01", "Idempotency-Key", "control characters"},
+		{"Idempotency-Key with a tab", good, "k\t1", "Idempotency-Key", "found U+0009"},
+		{"Idempotency-Key with DEL", good, "k\x7f", "Idempotency-Key", "found U+007F"},
+		{"Idempotency-Key with invalid UTF-8", good, "k\xff", "Idempotency-Key", "must be valid UTF-8"},
+		{"Idempotency-Key over 128 bytes", good, strings.Repeat("k", 129), "Idempotency-Key", "at most 128 bytes"},
+		{"Idempotency-Key over 128 bytes of multi-byte characters", good, strings.Repeat("é", 65), "Idempotency-Key", "at most 128 bytes"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var headers map[string]string
+			if tc.key != "" {
+				headers = map[string]string{"Idempotency-Key": tc.key}
+			}
+			rides := env.Count(t, "SELECT count(*) FROM rides")
+			assertRejected(t, env, tc.body, headers, http.StatusBadRequest, tc.wantField, tc.wantRule)
+			if got := env.Count(t, "SELECT count(*) FROM rides"); got != rides {
+				t.Errorf("rides = %d after a rejected request, want %d", got, rides)
+			}
+		})
+	}
+
+	t.Run("ids and keys inside the documented sets are accepted", func(t *testing.T) {
+		for i, tc := range []struct{ rider, key string }{
+			{"a-b_c.d:e@f+g=H9", ""},
+			{strings.Repeat("r", 128), strings.Repeat("k", 128)},
+			{"r-key", "{client} key é 🚕 " + strings.Repeat("é", 50)},
+		} {
+			status, body := fntest.Do(t, env.Order, http.MethodPost, "/", order(tc.rider, pickup, dropoff),
+				map[string]string{"Idempotency-Key": tc.key})
+			if got, want := status, http.StatusAccepted; got != want {
+				t.Fatalf("%d: status = %d, want %d (%v)", i, got, want, body)
+			}
+		}
+	})
 }
 
 func assertRejected(t *testing.T, env *fntest.Env, body string, headers map[string]string, wantStatus int, wantField, wantRule string) {

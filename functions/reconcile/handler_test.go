@@ -11,10 +11,10 @@ import (
 
 	"github.com/flagdown/flagdown/events"
 	reconcile "github.com/flagdown/flagdown/functions/reconcile"
+	"github.com/flagdown/flagdown/internal/testkit/fntest"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/outbox"
-	"github.com/flagdown/flagdown/internal/testkit/fntest"
 )
 
 var (

@@ -19,8 +19,8 @@ import (
 	expirynotification "github.com/flagdown/flagdown/functions/expiry-notification"
 	match "github.com/flagdown/flagdown/functions/match"
 	ordercreate "github.com/flagdown/flagdown/functions/order-create"
-	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/internal/testkit"
+	"github.com/flagdown/flagdown/shared/app"
 )
 
 // eventFunctions builds each function events.Triggers routes to. A new trigger row needs its

@@ -6,8 +6,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/internal/testkit"
+	"github.com/flagdown/flagdown/shared/app"
 )
 
 // TestLazyRetriesStartUp: while a dependency is down the OpenFaaS entry point answers 503

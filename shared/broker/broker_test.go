@@ -17,9 +17,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flagdown/flagdown/events"
+	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/cloudevent"
-	"github.com/flagdown/flagdown/internal/testkit"
 )
 
 // newBroker connects to the test NATS server with a stream and subject prefix of its own.

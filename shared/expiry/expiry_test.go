@@ -18,9 +18,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flagdown/flagdown/events"
+	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/redisstore"
-	"github.com/flagdown/flagdown/internal/testkit"
 )
 
 // received is one event seen on the broker subject (every publish, duplicates included).

@@ -8,10 +8,10 @@ import (
 	"testing"
 
 	"github.com/flagdown/flagdown/events"
-	"github.com/flagdown/flagdown/shared/dispatch"
-	"github.com/flagdown/flagdown/shared/lifecycle"
 	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
+	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/lifecycle"
 )
 
 var (

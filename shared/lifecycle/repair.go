@@ -123,4 +123,3 @@ func (s *Service) RepairAssignments(ctx context.Context, grace time.Duration) (i
 	}
 	return fixed, nil
 }
-

@@ -17,10 +17,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flagdown/flagdown/events"
+	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/outbox"
 	"github.com/flagdown/flagdown/shared/pgstore"
-	"github.com/flagdown/flagdown/internal/testkit"
 )
 
 // payload is the data of the test events: the ordering key and the row's rank within it.

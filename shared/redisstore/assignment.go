@@ -27,10 +27,10 @@ local now = tonumber(__t[1]) * 1000 + math.floor(tonumber(__t[2]) / 1000)
 // him if the ride version is newer than the position's. Free: ride cleared, available since now
 // (offline while his heartbeat is gone), optionally moved to ARGV lat/lng, back in the GEO set when
 // alive and holding no offer lock. The live position of the ride he leaves is tombstoned
-// (driver '') if it was his.
+// (driver ”) if it was his.
 //
-// KEYS: driver hash, GEO, on-ride set, heartbeat, offer lock. ARGV: driver id, epoch, ride id ('' =
-// free), on-ride status, ride version, lat ('' keeps), lng, ride-pos key prefix, ride-pos TTL ms,
+// KEYS: driver hash, GEO, on-ride set, heartbeat, offer lock. ARGV: driver id, epoch, ride id (” =
+// free), on-ride status, ride version, lat (” keeps), lng, ride-pos key prefix, ride-pos TTL ms,
 // driver-state TTL ms. Returns 1 applied, 2 only taken out of the GEO set, 0 nothing to do.
 var assignScript = redis.NewScript(redisNowMs + `
 local e = tonumber(ARGV[2])

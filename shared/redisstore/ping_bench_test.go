@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/redisstore"
-	"github.com/flagdown/flagdown/internal/testkit"
 )
 
 // benchPickups returns the pickup positions of the real trips in testdata/trips.csv.

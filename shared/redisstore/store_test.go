@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/redisstore"
-	"github.com/flagdown/flagdown/internal/testkit"
 )
 
 func newStore(t *testing.T) *redisstore.Store {

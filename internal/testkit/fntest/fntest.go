@@ -31,11 +31,11 @@ import (
 	nearby "github.com/flagdown/flagdown/functions/nearby"
 	ordercreate "github.com/flagdown/flagdown/functions/order-create"
 	ride "github.com/flagdown/flagdown/functions/ride"
+	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/cloudevent"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
-	"github.com/flagdown/flagdown/internal/testkit"
 )
 
 // JSON is a decoded JSON object answer.

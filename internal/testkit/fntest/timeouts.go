@@ -15,12 +15,12 @@ import (
 	"github.com/flagdown/flagdown/events"
 	expirynotification "github.com/flagdown/flagdown/functions/expiry-notification"
 	reconcile "github.com/flagdown/flagdown/functions/reconcile"
+	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/outbox"
 	"github.com/flagdown/flagdown/shared/pgstore"
 	"github.com/flagdown/flagdown/shared/redisstore"
-	"github.com/flagdown/flagdown/internal/testkit"
 )
 
 // TimeoutEnv is an Env with the functions that handle timeouts: expiry-notification (fed the
