@@ -39,8 +39,10 @@ type Config struct {
 	// MaxSpeedMPS is the highest plausible driver speed in metres per second; a ping implying a faster
 	// move from the last accepted position is treated as a GPS jump and not applied. 55 m/s ≈ 200 km/h.
 	MaxSpeedMPS float64 `env:"FLAGDOWN_MAX_SPEED_MPS" envDefault:"55"`
-	// MaxClockSkew is how far in the future a ping timestamp may be before it is rejected.
-	MaxClockSkew time.Duration `env:"FLAGDOWN_MAX_CLOCK_SKEW" envDefault:"30s"`
+	// MaxClockSkew is how far in the future a ping timestamp may be before it is rejected. It must be
+	// shorter than HeartbeatTTL (Validate): a ping stamped up to this far ahead makes the driver's
+	// later, server-stamped pings stale until the clock catches up, and that must not outlast his heartbeat.
+	MaxClockSkew time.Duration `env:"FLAGDOWN_MAX_CLOCK_SKEW" envDefault:"10s"`
 	// MaxBatch is the largest number of pings one location-update call may carry.
 	MaxBatch int `env:"FLAGDOWN_MAX_BATCH" envDefault:"500"`
 	// MaxBodyBytes is the largest request body any function reads; larger bodies get 413.
@@ -110,7 +112,28 @@ type Config struct {
 	// ExpirySweepInterval is how often the expiry source sweeps the deadline set for overdue timed
 	// keys (200 ms: timeouts acted on well within 1 s of their deadline).
 	ExpirySweepInterval time.Duration `env:"FLAGDOWN_EXPIRY_SWEEP_INTERVAL" envDefault:"200ms"`
+
+	// RetainProcessedEvents is how long a processed_events row (a consumer's record that it handled
+	// an event) is kept, by processed_at, before pruning; at least MinRetainProcessedEvents (Validate).
+	RetainProcessedEvents time.Duration `env:"FLAGDOWN_RETAIN_PROCESSED_EVENTS" envDefault:"72h"`
+	// RetainOutbox is how long a published outbox row is kept, by published_at, before pruning.
+	// Unpublished rows are never pruned.
+	RetainOutbox time.Duration `env:"FLAGDOWN_RETAIN_OUTBOX" envDefault:"72h"`
+	// RetainOffers is how long a decided (non-PENDING) offer of a terminal ride (COMPLETED, CANCELLED,
+	// UNMATCHED) is kept, by the offer's created_at, before pruning (720h = 30 days). Offers of open
+	// rides are never pruned: matching reads them to skip drivers already offered the ride.
+	RetainOffers time.Duration `env:"FLAGDOWN_RETAIN_OFFERS" envDefault:"720h"`
+	// DriverStateTTL is how long a driver's Redis hash (<prefix>driver:{driver}: position, status,
+	// rating) lives after his last accepted ping; longer than HeartbeatTTL (Validate).
+	DriverStateTTL time.Duration `env:"FLAGDOWN_DRIVER_STATE_TTL" envDefault:"24h"`
 }
+
+// MinRetainProcessedEvents is the shortest FLAGDOWN_RETAIN_PROCESSED_EVENTS Validate accepts. A
+// processed_events row is what makes a consumer ignore a redelivered event, so it must outlive every
+// redelivery: JetStream drops re-publishes for only broker.DuplicateWindow (5 min) and a trigger
+// redelivers a failed event for seconds to minutes (broker.DefaultBackOff, AckWait, Knative retries).
+// One hour leaves a wide margin over those windows.
+const MinRetainProcessedEvents = time.Hour
 
 // Load reads the configuration from the process environment, completed from secret files
 // (WithSecrets: DATABASE_URL, REDIS_URL and NATS_URL under FLAGDOWN_SECRETS_DIR when unset).
@@ -182,6 +205,21 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBatch < 1 || c.SearchCount < 1 || c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("config: FLAGDOWN_MAX_BATCH and FLAGDOWN_SEARCH_COUNT must be >= 1, FLAGDOWN_MAX_BODY_BYTES >= 1024")
+	}
+	if c.MaxClockSkew >= c.HeartbeatTTL {
+		return fmt.Errorf("config: FLAGDOWN_MAX_CLOCK_SKEW (%s) must be shorter than FLAGDOWN_HEARTBEAT_TTL (%s): "+
+			"a ping stamped up to the skew in the future makes the driver's later pings stale for that long, "+
+			"which must not outlast his heartbeat", c.MaxClockSkew, c.HeartbeatTTL)
+	}
+	if c.RetainProcessedEvents <= 0 || c.RetainOutbox <= 0 || c.RetainOffers <= 0 {
+		return fmt.Errorf("config: FLAGDOWN_RETAIN_PROCESSED_EVENTS, FLAGDOWN_RETAIN_OUTBOX and FLAGDOWN_RETAIN_OFFERS must be > 0")
+	}
+	if c.RetainProcessedEvents < MinRetainProcessedEvents {
+		return fmt.Errorf("config: FLAGDOWN_RETAIN_PROCESSED_EVENTS (%s) must be at least %s: "+
+			"a consumer must still know an event it handled when the event is redelivered", c.RetainProcessedEvents, MinRetainProcessedEvents)
+	}
+	if c.DriverStateTTL <= c.HeartbeatTTL {
+		return fmt.Errorf("config: FLAGDOWN_DRIVER_STATE_TTL (%s) must be longer than FLAGDOWN_HEARTBEAT_TTL (%s)", c.DriverStateTTL, c.HeartbeatTTL)
 	}
 	return nil
 }

@@ -41,14 +41,21 @@ func TestRejects(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		"RadiiNotIncreasing": {map[string]string{"FLAGDOWN_SEARCH_RADII_M": "1000,500"}, "FLAGDOWN_SEARCH_RADII_M"},
-		"AreaInverted":       {map[string]string{"FLAGDOWN_SERVICE_AREA": "41,-73,40,-74"}, "FLAGDOWN_SERVICE_AREA"},
-		"AreaShort":          {map[string]string{"FLAGDOWN_SERVICE_AREA": "41,-73"}, "FLAGDOWN_SERVICE_AREA"},
-		"OfferWindowTiny":    {map[string]string{"FLAGDOWN_OFFER_WINDOW": "10ms"}, "FLAGDOWN_OFFER_WINDOW"},
-		"NotADuration":       {map[string]string{"FLAGDOWN_HEARTBEAT_TTL": "soon"}, "FLAGDOWN_HEARTBEAT_TTL"},
-		"RetryCapBelowBase":  {map[string]string{"FLAGDOWN_RETRY_BASE": "30s", "FLAGDOWN_RETRY_MAX_WAIT": "5s"}, "FLAGDOWN_RETRY_BASE"},
-		"NoRetries":          {map[string]string{"FLAGDOWN_RETRY_MAX_ATTEMPTS": "0"}, "FLAGDOWN_RETRY_MAX_ATTEMPTS"},
-		"SweepZero":          {map[string]string{"FLAGDOWN_EXPIRY_SWEEP_INTERVAL": "0s"}, "FLAGDOWN_EXPIRY_SWEEP_INTERVAL"},
+		"RadiiNotIncreasing":     {map[string]string{"FLAGDOWN_SEARCH_RADII_M": "1000,500"}, "FLAGDOWN_SEARCH_RADII_M"},
+		"AreaInverted":           {map[string]string{"FLAGDOWN_SERVICE_AREA": "41,-73,40,-74"}, "FLAGDOWN_SERVICE_AREA"},
+		"AreaShort":              {map[string]string{"FLAGDOWN_SERVICE_AREA": "41,-73"}, "FLAGDOWN_SERVICE_AREA"},
+		"OfferWindowTiny":        {map[string]string{"FLAGDOWN_OFFER_WINDOW": "10ms"}, "FLAGDOWN_OFFER_WINDOW"},
+		"NotADuration":           {map[string]string{"FLAGDOWN_HEARTBEAT_TTL": "soon"}, "FLAGDOWN_HEARTBEAT_TTL"},
+		"RetryCapBelowBase":      {map[string]string{"FLAGDOWN_RETRY_BASE": "30s", "FLAGDOWN_RETRY_MAX_WAIT": "5s"}, "FLAGDOWN_RETRY_BASE"},
+		"NoRetries":              {map[string]string{"FLAGDOWN_RETRY_MAX_ATTEMPTS": "0"}, "FLAGDOWN_RETRY_MAX_ATTEMPTS"},
+		"SweepZero":              {map[string]string{"FLAGDOWN_EXPIRY_SWEEP_INTERVAL": "0s"}, "FLAGDOWN_EXPIRY_SWEEP_INTERVAL"},
+		"SkewEqualsHeartbeat":    {map[string]string{"FLAGDOWN_MAX_CLOCK_SKEW": "30s", "FLAGDOWN_HEARTBEAT_TTL": "30s"}, "FLAGDOWN_MAX_CLOCK_SKEW"},
+		"SkewAboveHeartbeat":     {map[string]string{"FLAGDOWN_MAX_CLOCK_SKEW": "45s"}, "FLAGDOWN_HEARTBEAT_TTL"},
+		"RetainEventsZero":       {map[string]string{"FLAGDOWN_RETAIN_PROCESSED_EVENTS": "0s"}, "FLAGDOWN_RETAIN_PROCESSED_EVENTS"},
+		"RetainEventsShort":      {map[string]string{"FLAGDOWN_RETAIN_PROCESSED_EVENTS": "59m"}, "FLAGDOWN_RETAIN_PROCESSED_EVENTS"},
+		"RetainOutboxZero":       {map[string]string{"FLAGDOWN_RETAIN_OUTBOX": "0s"}, "FLAGDOWN_RETAIN_OUTBOX"},
+		"RetainOffersNegative":   {map[string]string{"FLAGDOWN_RETAIN_OFFERS": "-1h"}, "FLAGDOWN_RETAIN_OFFERS"},
+		"DriverStateAtHeartbeat": {map[string]string{"FLAGDOWN_DRIVER_STATE_TTL": "30s"}, "FLAGDOWN_DRIVER_STATE_TTL"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := config.FromEnv(tc.env)
@@ -56,5 +63,53 @@ func TestRejects(t *testing.T) {
 				t.Fatalf("got %v, want an error naming %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestClockSkewBelowHeartbeat: the skew must be strictly shorter than the heartbeat, and the error
+// names both variables (the rule concerns the pair, either may be the one to change).
+func TestClockSkewBelowHeartbeat(t *testing.T) {
+	for _, tc := range []struct {
+		skew, hb string
+		ok       bool
+	}{
+		{"29s", "30s", true},
+		{"30s", "30s", false},
+		{"10s", "5s", false},
+		{"5s", "1m", true},
+	} {
+		c, err := config.FromEnv(map[string]string{"FLAGDOWN_MAX_CLOCK_SKEW": tc.skew, "FLAGDOWN_HEARTBEAT_TTL": tc.hb})
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("skew %s, heartbeat %s: %v", tc.skew, tc.hb, err)
+		case tc.ok && c.MaxClockSkew >= c.HeartbeatTTL:
+			t.Errorf("skew %s, heartbeat %s: parsed %v, %v", tc.skew, tc.hb, c.MaxClockSkew, c.HeartbeatTTL)
+		case !tc.ok && (err == nil || !strings.Contains(err.Error(), "FLAGDOWN_MAX_CLOCK_SKEW") || !strings.Contains(err.Error(), "FLAGDOWN_HEARTBEAT_TTL")):
+			t.Errorf("skew %s, heartbeat %s: got %v, want an error naming both variables", tc.skew, tc.hb, err)
+		}
+	}
+}
+
+func TestRetentionDefaultsAndOverrides(t *testing.T) {
+	c, err := config.FromEnv(map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RetainProcessedEvents != 72*time.Hour || c.RetainOutbox != 72*time.Hour || c.RetainOffers != 720*time.Hour || c.DriverStateTTL != 24*time.Hour {
+		t.Errorf("retention defaults: processed_events %v, outbox %v, offers %v, driver state %v",
+			c.RetainProcessedEvents, c.RetainOutbox, c.RetainOffers, c.DriverStateTTL)
+	}
+	if c.MaxClockSkew >= c.HeartbeatTTL {
+		t.Errorf("default skew %v is not below the default heartbeat %v", c.MaxClockSkew, c.HeartbeatTTL)
+	}
+	c, err = config.FromEnv(map[string]string{
+		"FLAGDOWN_RETAIN_PROCESSED_EVENTS": "1h", "FLAGDOWN_RETAIN_OUTBOX": "90m", "FLAGDOWN_RETAIN_OFFERS": "48h",
+		"FLAGDOWN_DRIVER_STATE_TTL": "31s",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RetainProcessedEvents != time.Hour || c.RetainOutbox != 90*time.Minute || c.RetainOffers != 48*time.Hour || c.DriverStateTTL != 31*time.Second {
+		t.Errorf("retention overrides not applied: %v %v %v %v", c.RetainProcessedEvents, c.RetainOutbox, c.RetainOffers, c.DriverStateTTL)
 	}
 }
