@@ -8,7 +8,6 @@ package function
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 
 	"github.com/google/uuid"
@@ -24,7 +23,9 @@ import (
 // Source is the CloudEvent source of events this function emits.
 const Source = "/flagdown/order-create"
 
-// MaxIdempotencyKeyLen is the longest Idempotency-Key accepted, in bytes.
+// MaxIdempotencyKeyLen is the longest Idempotency-Key accepted, in bytes. The key is free text
+// (dispatch.ValidateText: valid UTF-8 without NUL or other control characters, so a UUID, a
+// base64 string or any client token fits); it is stored in PostgreSQL only, never in a Redis key.
 const MaxIdempotencyKeyLen = 128
 
 // Function serves ride requests.
@@ -46,7 +47,8 @@ type PointRequest struct {
 
 // Request is the body of a ride request.
 type Request struct {
-	// RiderID identifies the rider (1..128 printable bytes).
+	// RiderID identifies the rider: 1..dispatch.MaxIDLen (128) bytes of ASCII letters, digits and
+	// dispatch.IDPunctuation (see dispatch.ValidateID).
 	RiderID string `json:"rider_id"`
 	// Pickup and Dropoff must lie in the service area (FLAGDOWN_SERVICE_AREA).
 	Pickup  *PointRequest `json:"pickup"`
@@ -106,8 +108,8 @@ func (f *Function) validate(req *Request, key string) (*dispatch.Ride, error) {
 	if err := dispatch.ValidateID("rider_id", req.RiderID); err != nil {
 		return nil, err
 	}
-	if len(key) > MaxIdempotencyKeyLen {
-		return nil, dispatch.Invalid("Idempotency-Key", fmt.Sprintf("must be at most %d bytes", MaxIdempotencyKeyLen))
+	if err := dispatch.ValidateText("Idempotency-Key", key, MaxIdempotencyKeyLen); err != nil {
+		return nil, err
 	}
 	area := f.d.ServiceArea()
 	pickup, err := point("pickup", req.Pickup)

@@ -3,8 +3,10 @@
 // strictly into a payload type, and builds new events.
 //
 // Every decoding failure is a *dispatch.Error: CodeInvalidArgument with Field naming the offending
-// attribute (type, source, id, subject, specversion, data), or CodeTooLarge when the body is larger
-// than the limit.
+// attribute (type, source, id, subject, specversion, data, or an extension's name), or CodeTooLarge
+// when the body is larger than the limit. Attribute values must be valid UTF-8 without NUL or other
+// control characters and within the byte limits below (dispatch.ValidateText), in binary and
+// structured mode alike; the CloudEvents SDK checks none of this for id, subject and extensions.
 package cloudevent
 
 import (
@@ -19,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/cloudevents/sdk-go/v2/event"
@@ -41,6 +44,50 @@ const ContentTypeJSON = "application/json"
 // ContentTypeStructured is the HTTP Content-Type of a structured-mode CloudEvent in JSON format.
 const ContentTypeStructured = "application/cloudevents+json"
 
+// Limits of attribute values, in bytes of UTF-8, checked by FromRequestLimit and Check together
+// with dispatch.ValidateText's rules (valid UTF-8, no NUL or other control characters).
+const (
+	// MaxIDBytes limits id.
+	MaxIDBytes = 256
+	// MaxTypeBytes limits type.
+	MaxTypeBytes = 256
+	// MaxSubjectBytes limits subject: a ride or driver id, or for Redis expiry events a key (the
+	// FLAGDOWN_REDIS_PREFIX, a kind and an id of at most dispatch.MaxIDLen bytes).
+	MaxSubjectBytes = 512
+	// MaxSourceBytes limits source.
+	MaxSourceBytes = 1024
+	// MaxAttributeBytes limits every other attribute (specversion, time, datacontenttype,
+	// dataschema) and the value of every extension attribute.
+	MaxAttributeBytes = 1024
+)
+
+// attributeLimit is the byte limit of the attribute named name.
+func attributeLimit(name string) int {
+	switch name {
+	case "id":
+		return MaxIDBytes
+	case "type":
+		return MaxTypeBytes
+	case "subject":
+		return MaxSubjectBytes
+	case "source":
+		return MaxSourceBytes
+	}
+	return MaxAttributeBytes
+}
+
+// checkAttribute applies dispatch.ValidateText with the attribute's limit; the error names the attribute.
+func checkAttribute(name, value string) error {
+	return dispatch.ValidateText(name, value, attributeLimit(name))
+}
+
+// stringAttributes are the context attributes whose JSON form is a string (CloudEvents 1.0 JSON
+// format); extension attributes may also be numbers or booleans.
+var stringAttributes = map[string]bool{
+	"specversion": true, "id": true, "source": true, "type": true, "subject": true,
+	"datacontenttype": true, "dataschema": true, "time": true,
+}
+
 // FromRequest decodes r as a CloudEvent with a body limit of DefaultMaxBodyBytes bytes.
 // See FromRequestLimit.
 func FromRequest(r *http.Request) (event.Event, error) {
@@ -52,9 +99,12 @@ func FromRequest(r *http.Request) (event.Event, error) {
 // of body (maxBytes <= 0 means DefaultMaxBodyBytes).
 //
 // The event must be a valid CloudEvents 1.0 event with a subject, a type listed in events.Types and
-// JSON data (datacontenttype application/json, or none with data that is valid JSON). A body over
-// the limit gives a CodeTooLarge error; every other failure gives a CodeInvalidArgument error whose
-// Field names the attribute: type, source, id, subject, specversion or data.
+// JSON data (datacontenttype application/json, or none with data that is valid JSON), and every
+// attribute value (ce-* header, or member of the structured envelope) must be valid UTF-8 without
+// NUL or other control characters and within its limit (MaxIDBytes, ...); in structured mode the
+// context attributes must be JSON strings. A body over the limit gives a CodeTooLarge error; every
+// other failure gives a CodeInvalidArgument error whose Field names the attribute: type, source, id,
+// subject, specversion, time, an extension's name, or data.
 func FromRequestLimit(r *http.Request, maxBytes int64) (event.Event, error) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBodyBytes
@@ -84,6 +134,9 @@ func FromRequestLimit(r *http.Request, maxBytes int64) (event.Event, error) {
 	case r.Header.Get("Ce-Specversion") != "":
 		if v := r.Header.Get("Ce-Specversion"); v != SpecVersion {
 			return event.Event{}, dispatch.Invalid("specversion", fmt.Sprintf("must be %q, got %q", SpecVersion, v))
+		}
+		if err := checkHeaders(r.Header); err != nil {
+			return event.Event{}, err
 		}
 		e, err = toEvent(r, body)
 		if err != nil {
@@ -146,7 +199,63 @@ func checkStructured(body []byte) error {
 	if _, ok := env["data_base64"]; ok {
 		return dispatch.Invalid("data", "must be JSON in the data member, not data_base64")
 	}
+	for _, name := range byRank(env) {
+		raw := env[name]
+		// The raw bytes are checked: decoding a JSON string replaces invalid UTF-8 with U+FFFD.
+		if !utf8.Valid(raw) {
+			return dispatch.Invalid(name, "must be valid UTF-8")
+		}
+		if name == "data" || bytes.Equal(raw, []byte("null")) {
+			continue
+		}
+		var v string
+		if err := json.Unmarshal(raw, &v); err != nil {
+			if stringAttributes[name] {
+				return dispatch.Invalid(name, "must be a JSON string")
+			}
+			continue // an extension holding a number or a boolean
+		}
+		if err := checkAttribute(name, v); err != nil {
+			return err
+		}
+	}
+	if !utf8.Valid(body) {
+		// Only a member name is left to hold the invalid bytes.
+		return dispatch.Invalid("data", "structured event body must be valid UTF-8")
+	}
 	return nil
+}
+
+// checkHeaders applies the attribute rules to the ce-* headers of a binary-mode request before the
+// SDK reads them (it accepts NUL, control characters and invalid UTF-8 in id, subject and
+// extensions, and reports a bad source or time under no attribute's name).
+func checkHeaders(h http.Header) error {
+	values := map[string][]string{}
+	for k, vs := range h {
+		if name, ok := strings.CutPrefix(strings.ToLower(k), "ce-"); ok {
+			values[name] = vs
+		}
+	}
+	for _, name := range byRank(values) {
+		for _, v := range values[name] {
+			if err := checkAttribute(name, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// byRank returns the keys of m in fieldOrder, then the others (extensions) by name.
+func byRank[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return rank(keys[i]) < rank(keys[j]) || (rank(keys[i]) == rank(keys[j]) && keys[i] < keys[j])
+	})
+	return keys
 }
 
 // toEvent runs the SDK's binding over the buffered body.
@@ -167,14 +276,7 @@ var fieldOrder = []string{"specversion", "id", "source", "type", "subject", "dat
 func invalidFromSDK(err error) error {
 	var ve event.ValidationError
 	if errors.As(err, &ve) && len(ve) > 0 {
-		keys := make([]string, 0, len(ve))
-		for k := range ve {
-			keys = append(keys, k)
-		}
-		sort.Slice(keys, func(i, j int) bool {
-			return rank(keys[i]) < rank(keys[j]) || (rank(keys[i]) == rank(keys[j]) && keys[i] < keys[j])
-		})
-		field := keys[0]
+		field := byRank(ve)[0]
 		rule := ve[field].Error()
 		if field == "datacontenttype" {
 			field = "data"
@@ -183,18 +285,40 @@ func invalidFromSDK(err error) error {
 		return &dispatch.Error{Code: dispatch.CodeInvalidArgument, Field: field, Message: field + ": " + rule, Err: err}
 	}
 	msg := err.Error()
-	field := "data"
-	for _, f := range fieldOrder {
-		if strings.Contains(msg, f) {
-			field = f
-			break
-		}
-	}
-	if field == "datacontenttype" || field == "dataschema" {
+	field := firstMentioned(msg)
+	if field == "" || field == "datacontenttype" || field == "dataschema" {
 		field = "data"
 	}
 	return &dispatch.Error{Code: dispatch.CodeInvalidArgument, Field: field,
 		Message: field + ": not a valid CloudEvent: " + msg, Err: err}
+}
+
+// firstMentioned returns the attribute of fieldOrder whose name occurs first in msg as a whole word
+// ("invalid value for time" names time, not id), or "" when none does.
+func firstMentioned(msg string) string {
+	best, bestAt := "", len(msg)
+	for _, f := range fieldOrder {
+		for from := 0; from < len(msg); {
+			i := strings.Index(msg[from:], f)
+			if i < 0 {
+				break
+			}
+			i += from
+			end := i + len(f)
+			if (i == 0 || !isWordByte(msg[i-1])) && (end == len(msg) || !isWordByte(msg[end])) {
+				if i < bestAt {
+					best, bestAt = f, i
+				}
+				break
+			}
+			from = end
+		}
+	}
+	return best
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 }
 
 func rank(field string) int {
@@ -206,15 +330,33 @@ func rank(field string) int {
 	return len(fieldOrder)
 }
 
-// Check applies flagdown's rules to an event: CloudEvents 1.0 validity, specversion 1.0, a subject,
-// a type listed in events.Types, and JSON data (datacontenttype application/json or unset with data
-// that is valid JSON). It returns a CodeInvalidArgument *dispatch.Error naming the field, or nil.
+// Check applies flagdown's rules to an event: CloudEvents 1.0 validity, specversion 1.0, id, source,
+// type, subject and string extension values that pass dispatch.ValidateText within their limits
+// (MaxIDBytes, MaxSourceBytes, MaxTypeBytes, MaxSubjectBytes, MaxAttributeBytes), a subject, a type
+// listed in events.Types, and JSON data in valid UTF-8 (datacontenttype application/json or unset
+// with data that is valid JSON). It returns a CodeInvalidArgument *dispatch.Error naming the field
+// (the attribute, an extension's name, or data), or nil.
 func Check(e event.Event) error {
 	if err := e.Validate(); err != nil {
 		return invalidFromSDK(err)
 	}
 	if v := e.SpecVersion(); v != SpecVersion {
 		return dispatch.Invalid("specversion", fmt.Sprintf("must be %q, got %q", SpecVersion, v))
+	}
+	for _, a := range [...]struct{ name, value string }{
+		{"id", e.ID()}, {"source", e.Source()}, {"type", e.Type()}, {"subject", e.Subject()},
+	} {
+		if err := checkAttribute(a.name, a.value); err != nil {
+			return err
+		}
+	}
+	exts := e.Extensions()
+	for _, name := range byRank(exts) {
+		if v, ok := exts[name].(string); ok {
+			if err := checkAttribute(name, v); err != nil {
+				return err
+			}
+		}
 	}
 	if e.Subject() == "" {
 		return dispatch.Invalid("subject", "is required (the ride or driver id)")
@@ -234,6 +376,10 @@ func Check(e event.Event) error {
 	data := e.Data()
 	if len(bytes.TrimSpace(data)) == 0 {
 		return dispatch.Invalid("data", "is required (a JSON payload)")
+	}
+	if !utf8.Valid(data) {
+		// encoding/json would silently turn the invalid bytes into U+FFFD.
+		return dispatch.Invalid("data", "must be valid UTF-8")
 	}
 	if !json.Valid(data) {
 		return dispatch.Invalid("data", "is not valid JSON")

@@ -146,28 +146,6 @@ func TestValidateRidePoint(t *testing.T) {
 	}
 }
 
-func TestValidateID(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		id    string
-		valid bool
-	}{
-		{"d-1", true}, {strings.Repeat("x", dispatch.MaxIDLen), true}, {"司机-7", true},
-		{"", false}, {strings.Repeat("x", dispatch.MaxIDLen+1), false}, {"d 1", false}, {"d\n1", false}, {"d\x001", false},
-	}
-	for _, tc := range tests {
-		t.Run(fmt.Sprintf("%q", tc.id), func(t *testing.T) {
-			err := dispatch.ValidateID("driver_id", tc.id)
-			if got, want := err == nil, tc.valid; got != want {
-				t.Errorf("valid = %v, want %v (%v)", got, want, err)
-			}
-			if err != nil && dispatch.AsError(err).Field != "driver_id" {
-				t.Errorf("field = %q, want driver_id", dispatch.AsError(err).Field)
-			}
-		})
-	}
-}
-
 func TestEstimateFare(t *testing.T) {
 	t.Parallel()
 	p := dispatch.FareParams{BaseCents: 300, PerKmCents: 175, PerMinCents: 50, MinimumCents: 800, RoadFactor: 1.3, AvgSpeedMPS: 7}
