@@ -80,6 +80,9 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.h.Serve
 // OutcomeUnmatched, OutcomeDuplicate (event already handled) or OutcomeNotNeeded (the ride is no
 // longer REQUESTED or already has a live offer).
 func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
+	if err := dispatch.ValidateRideID("subject", e.Subject()); err != nil {
+		return "", err
+	}
 	ref := &lifecycle.EventRef{Consumer: Consumer, Source: e.Source(), ID: e.ID()}
 	return f.lc.Match(ctx, e.Subject(), ref, f.pick)
 }

@@ -117,11 +117,11 @@ func freeOffered(ctx context.Context, d *app.Deps, rideID string) (bool, error) 
 	if err != nil || driver == "" {
 		return false, err
 	}
-	v, err := d.Redis.OfferLock(ctx, driver)
-	if err != nil || v == "" {
+	o, err := d.Redis.OfferLock(ctx, driver)
+	if err != nil || o == nil {
 		return false, err
 	}
-	_, err = d.Redis.ReleaseOffer(ctx, driver, v, true)
+	_, err = d.Redis.ReleaseOffer(ctx, driver, o.OfferID, true)
 	return err == nil, err
 }
 

@@ -10,6 +10,7 @@ import (
 	match "github.com/flagdown/flagdown/functions/match"
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
 	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/dispatch"
 )
 
 // retryEvent is the ride.retry event the expiry-notification function emits when rideID's retry
@@ -167,7 +168,7 @@ func TestRetryWait(t *testing.T) {
 		{30 * s, 20 * s, 1, 20 * s},   // a base above the cap is capped
 	}
 	for _, tc := range tests {
-		if got := match.RetryWait(tc.base, tc.max, tc.attempts); got != tc.want {
+		if got := dispatch.RetryWait(tc.base, tc.max, tc.attempts); got != tc.want {
 			t.Errorf("RetryWait(%s, %s, %d) = %s, want %s", tc.base, tc.max, tc.attempts, got, tc.want)
 		}
 	}

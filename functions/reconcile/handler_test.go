@@ -116,7 +116,7 @@ func TestReconcileRepairsWhatLostExpiriesLeftBehind(t *testing.T) {
 	}
 
 	rep := run(t, env)
-	want := reconcile.Report{OffersExpired: 1, RidesRetried: 1, DriversOffline: len(ghosts), ActiveDriversFixed: 1,
+	want := reconcile.Report{OffersExpired: 1, RidesRetried: 1, DriversOffline: len(ghosts), AssignmentsRepaired: 1,
 		ActiveDriversOffline: 1, OutboxUnpublished: oldUnpublished}
 	if rep != want {
 		t.Errorf("first run = %+v, want %+v", rep, want)
@@ -278,13 +278,14 @@ func TestReconcileOfAHealthyWorldRepairsNothing(t *testing.T) {
 		if status != http.StatusOK {
 			t.Fatalf("%s: status %d: %v", method, status, body)
 		}
-		for _, k := range []string{"offers_expired", "rides_retried", "drivers_offline", "active_drivers_fixed", "active_drivers_offline", "outbox_unpublished"} {
+		for _, k := range []string{"offers_expired", "rides_retried", "drivers_offline", "assignments_repaired", "active_drivers_offline", "outbox_unpublished",
+			"pruned_processed_events", "pruned_outbox", "pruned_offers"} {
 			if v, ok := body[k]; !ok || v != 0.0 {
 				t.Errorf("%s: %s = %v, want 0", method, k, v)
 			}
 		}
-		if len(body) != 6 {
-			t.Errorf("%s: report %v has %d fields, want 6", method, body, len(body))
+		if len(body) != 9 {
+			t.Errorf("%s: report %v has %d fields, want 9 (6 repairs, 3 pruned counts)", method, body, len(body))
 		}
 	}
 	if diff := before.Diff(env.Snapshot(t)); diff != "" {

@@ -314,7 +314,10 @@ func TestRideRejects(t *testing.T) {
 		{"an unknown field", http.MethodPost, "/" + rideID + "/start", `{"driver_id": "d-1", "speed": 3}`, 400, "speed"},
 		{"an over-long driver id", http.MethodPost, "/" + rideID + "/start", fntest.JSON{"driver_id": strings.Repeat("d", 129)}, 400, "driver_id"},
 		{"an unknown ride", http.MethodGet, "/00000000-0000-4000-8000-000000000000", nil, 404, ""},
-		{"a ride id that is not a uuid", http.MethodGet, "/not-a-uuid", nil, 404, ""},
+		{"a ride id that is not a uuid", http.MethodGet, "/not-a-uuid", nil, 400, "ride_id"},
+		{"a ride id with a NUL byte", http.MethodPost, "/" + rideID + "%00/start", fntest.JSON{"driver_id": driver}, 400, "ride_id"},
+		{"a cancel reason with a control character", http.MethodPost, "/" + rideID + "/cancel", fntest.JSON{"by": "rider", "rider_id": "r-1", "reason": "late\u0007"}, 400, "reason"},
+		{"an over-long cancel reason", http.MethodPost, "/" + rideID + "/cancel", fntest.JSON{"by": "rider", "rider_id": "r-1", "reason": strings.Repeat("x", 501)}, 400, "reason"},
 		{"no ride id", http.MethodGet, "/", nil, 400, "path"},
 		{"a GET of an action", http.MethodGet, "/" + rideID + "/start", nil, 405, "method"},
 	}

@@ -115,7 +115,9 @@ type Config struct {
 
 	// RetainProcessedEvents is how long a processed_events row (a consumer's record that it handled
 	// an event) is kept, by processed_at, before pruning; at least MinRetainProcessedEvents (Validate).
-	RetainProcessedEvents time.Duration `env:"FLAGDOWN_RETAIN_PROCESSED_EVENTS" envDefault:"72h"`
+	// The default (8 days) outlives the broker stream's 7-day MaxAge (shared/broker), so an event
+	// redelivered from anywhere in the stream still finds its record.
+	RetainProcessedEvents time.Duration `env:"FLAGDOWN_RETAIN_PROCESSED_EVENTS" envDefault:"192h"`
 	// RetainOutbox is how long a published outbox row is kept, by published_at, before pruning.
 	// Unpublished rows are never pruned.
 	RetainOutbox time.Duration `env:"FLAGDOWN_RETAIN_OUTBOX" envDefault:"72h"`

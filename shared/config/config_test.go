@@ -95,7 +95,7 @@ func TestRetentionDefaultsAndOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.RetainProcessedEvents != 72*time.Hour || c.RetainOutbox != 72*time.Hour || c.RetainOffers != 720*time.Hour || c.DriverStateTTL != 24*time.Hour {
+	if c.RetainProcessedEvents != 192*time.Hour || c.RetainOutbox != 72*time.Hour || c.RetainOffers != 720*time.Hour || c.DriverStateTTL != 24*time.Hour {
 		t.Errorf("retention defaults: processed_events %v, outbox %v, offers %v, driver state %v",
 			c.RetainProcessedEvents, c.RetainOutbox, c.RetainOffers, c.DriverStateTTL)
 	}

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,44 +12,45 @@ import (
 	"github.com/flagdown/flagdown/shared/pgstore"
 )
 
-// DriverOffline handles a driver whose heartbeat expired. It reads his Redis status first and does
+// DriverOffline handles a driver whose heartbeat expired. It reads his Redis presence first and does
 // nothing if he pinged again meanwhile (stale). Otherwise, in one transaction: driver.status.changed
 // (when Redis showed him anything but offline); an ACCEPTED ride of his is re-opened for matching
 // without him (ride.reopened, by system, reason driver_offline; a fresh retry budget) and his
 // assignment cleared; an IN_PROGRESS ride only raises ride.driver.offline. After the commit Redis
 // gets his assignment and marks him offline (unless a ping came in between). Redis is written only
 // after the commit, so a retried delivery after a failed commit sees the same state and emits the
-// same events. reason is recorded in the events.
+// same events; the announcements of one expiry (named by his last ping time) have deterministic ids,
+// so concurrent or repeated handlers (the expiry event, reconcile) write each once. reason is
+// recorded in the events.
 func (s *Service) DriverOffline(ctx context.Context, driverID, reason string, ev *EventRef) (Outcome, error) {
-	prev, alive, err := s.d.Redis.DriverStatus(ctx, driverID)
+	p, err := s.d.Redis.DriverPresence(ctx, driverID)
 	if err != nil {
 		return "", err
 	}
-	if alive {
+	if p.Alive {
 		return OutcomeStale, nil
 	}
+	episode := strconv.FormatInt(p.LastPingMs, 10)
 	out := OutcomeDone
 	first, err := s.change(ctx, ev, func(tx pgx.Tx, fx *dispatch.Effects) error {
-		out = OutcomeDone
+		out = OutcomeStale
 		fx.Offline = append(fx.Offline, driverID)
 		now := time.Now().UTC()
-		if prev != dispatch.DriverOffline && prev != "" { // "": Redis knew nothing of him
-			if _, err := pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
+		if p.Status != dispatch.DriverOffline && p.Status != "" { // "": Redis knew nothing of him
+			wrote, err := pgstore.InsertOutboxOnce(ctx, tx, pgstore.OnceID("driver.offline", driverID, episode), pgstore.OutboxEvent{
 				Type: events.DriverStatusChanged, Source: s.Source, Subject: driverID,
-				Data: events.DriverStatusChangedData{DriverID: driverID, From: string(prev), To: string(dispatch.DriverOffline), Reason: reason, At: now},
-			}); err != nil {
+				Data: events.DriverStatusChangedData{DriverID: driverID, From: string(p.Status), To: string(dispatch.DriverOffline), Reason: reason, At: now},
+			})
+			if err != nil {
 				return err
+			}
+			if wrote {
+				out = OutcomeDone
 			}
 		}
 		ride, err := pgstore.ActiveRideOfDriver(ctx, tx, driverID) // locks the ride row
-		if err != nil {
+		if err != nil || ride == nil {
 			return err
-		}
-		if ride == nil {
-			if prev == dispatch.DriverOffline || prev == "" {
-				out = OutcomeStale
-			}
-			return nil
 		}
 		switch ride.Status {
 		case dispatch.RideAccepted:
@@ -68,6 +70,7 @@ func (s *Service) DriverOffline(ctx context.Context, driverID, reason string, ev
 				return err
 			}
 			fx.Assignments = append(fx.Assignments, a)
+			out = OutcomeDone
 			_, err = pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
 				Type: events.RideReopened, Source: s.Source, Subject: ride.ID,
 				Data: events.RideTransitionData{RideID: ride.ID, RiderID: ride.RiderID, DriverID: driverID,
@@ -76,14 +79,13 @@ func (s *Service) DriverOffline(ctx context.Context, driverID, reason string, ev
 			})
 			return err
 		case dispatch.RideInProgress:
-			if prev == dispatch.DriverOffline {
-				out = OutcomeStale // alerted already
-				return nil
-			}
-			_, err := pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
+			wrote, err := pgstore.InsertOutboxOnce(ctx, tx, pgstore.OnceID("ride.driver.offline", ride.ID, driverID, episode), pgstore.OutboxEvent{
 				Type: events.RideDriverOffline, Source: s.Source, Subject: ride.ID,
 				Data: events.RideDriverOfflineData{RideID: ride.ID, DriverID: driverID, Status: string(ride.Status), At: now},
 			})
+			if wrote {
+				out = OutcomeDone
+			}
 			return err
 		}
 		return nil

@@ -42,6 +42,40 @@ func InsertOutbox(ctx context.Context, tx pgx.Tx, ev OutboxEvent) (string, error
 	return id, nil
 }
 
+// eventNamespace is the UUIDv5 namespace of deterministic outbox event ids (OnceID).
+var eventNamespace = uuid.MustParse("5f3c2a8e-9d41-4e0b-a7c6-2b8d9e1f4a70")
+
+// OnceID returns the deterministic event id of the announcement named by parts (for example a
+// driver id and the time of his last ping for "he went offline"): every handler of the same fact,
+// concurrent or retried, computes the same id, and InsertOutboxOnce writes it once.
+func OnceID(parts ...string) string {
+	key := ""
+	for _, p := range parts {
+		key += p + "\x00"
+	}
+	return uuid.NewSHA1(eventNamespace, []byte(key)).String()
+}
+
+// InsertOutboxOnce writes ev in tx with the event id id (see OnceID) unless an outbox row with that
+// id exists; it reports whether it wrote one. A concurrent writer of the same id waits for the other
+// transaction and then writes nothing.
+func InsertOutboxOnce(ctx context.Context, tx pgx.Tx, id string, ev OutboxEvent) (bool, error) {
+	data, err := json.Marshal(ev.Data)
+	if err != nil {
+		return false, fmt.Errorf("pgstore: outbox data: %w", err)
+	}
+	key := ev.OrderingKey
+	if key == "" {
+		key = ev.Subject
+	}
+	tag, err := tx.Exec(ctx, `INSERT INTO outbox (event_id, type, source, subject, ordering_key, data)
+		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (event_id) DO NOTHING`, id, ev.Type, ev.Source, ev.Subject, key, data)
+	if err != nil {
+		return false, pgErr(err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 // MarkProcessed records that consumer handled the event (source, id) in tx. It returns false if the
 // event was already recorded: the caller must then do nothing (duplicate delivery).
 func MarkProcessed(ctx context.Context, tx pgx.Tx, consumer, source, id string) (bool, error) {

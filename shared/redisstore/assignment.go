@@ -20,11 +20,13 @@ local now = tonumber(__t[1]) * 1000 + math.floor(tonumber(__t[2]) / 1000)
 // assignScript applies a driver's assignment from PostgreSQL compare-and-set on its epoch: it does
 // nothing unless ARGV epoch is newer than the epoch the driver hash holds, so a late, repeated or
 // snapshot-based write never moves Redis backwards. Whatever the epoch, a driver whose hash holds a
-// ride is taken out of the available set (a driver on a ride is never offered another).
+// ride is taken out of the available set (a driver on a ride is never offered another), and at the
+// same epoch and ride an alive driver shown available or paused gets his on-ride status back.
 //
 // On a ride: ride and epoch set, status navigating/busy (offline with resume set while his heartbeat
 // is gone), out of the GEO set, member of the on-ride set; the ride's live position is handed to
-// him if the ride version is newer than the position's. Free: ride cleared, available since now
+// him if the ride version is newer than the position's (starting at his last position, or none when
+// Redis has none, never the previous driver's). Free: ride cleared, available since now
 // (offline while his heartbeat is gone), optionally moved to ARGV lat/lng, back in the GEO set when
 // alive and holding no offer lock. The live position of the ride he leaves is tombstoned
 // (driver ”) if it was his.
@@ -37,8 +39,16 @@ local e = tonumber(ARGV[2])
 local cur = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
 if e <= cur then
   local r = redis.call('HGET', KEYS[1], 'ride')
-  if r and r ~= '' and redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then return 2 end
-  return 0
+  local fixed = 0
+  if r and r ~= '' then
+    if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then fixed = 2 end
+    local st = redis.call('HGET', KEYS[1], 'status')
+    if e == cur and r == ARGV[3] and (st == 'available' or st == 'paused') and redis.call('EXISTS', KEYS[4]) == 1 then
+      redis.call('HSET', KEYS[1], 'status', ARGV[4])
+      fixed = 2
+    end
+  end
+  return fixed
 end
 local old = redis.call('HGET', KEYS[1], 'ride') or ''
 local st = redis.call('HGET', KEYS[1], 'status') or 'offline'
@@ -67,7 +77,8 @@ if ride ~= '' then
   if ver > tonumber(redis.call('HGET', rk, 'ver') or '0') then
     redis.call('HSET', rk, 'driver', ARGV[1], 'ver', ver)
     local p = redis.call('HMGET', KEYS[1], 'lat', 'lng', 'ts')
-    if p[1] and p[2] and p[3] then redis.call('HSET', rk, 'lat', p[1], 'lng', p[2], 'ts', p[3]) end
+    if p[1] and p[2] and p[3] then redis.call('HSET', rk, 'lat', p[1], 'lng', p[2], 'ts', p[3])
+    else redis.call('HDEL', rk, 'lat', 'lng', 'ts') end
     redis.call('PEXPIRE', rk, ARGV[9])
   end
 else
@@ -99,7 +110,7 @@ const (
 	// AssignApplied: the assignment was newer than Redis's and is now what Redis holds.
 	AssignApplied ApplyResult = 1
 	// AssignGeoFixed: Redis held the epoch already, but the driver, who is on a ride, was in the
-	// available set; he was taken out.
+	// available set or shown available; he was taken out of it and given his on-ride status.
 	AssignGeoFixed ApplyResult = 2
 )
 

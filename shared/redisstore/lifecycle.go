@@ -51,16 +51,27 @@ func (s *Store) RecordMiss(ctx context.Context, driverID string) error {
 	return unavailable(missScript.Run(ctx, s.rdb, []string{s.driverKey(driverID)}, s.MissMemory.Milliseconds()).Err())
 }
 
-// DriverStatus returns driverID's status in Redis ("" when Redis knows nothing of him) and whether
-// his heartbeat key exists, in one round trip.
-func (s *Store) DriverStatus(ctx context.Context, driverID string) (dispatch.DriverStatus, bool, error) {
+// Presence is what Redis knows of a driver's presence.
+type Presence struct {
+	// Status is his status ("" when Redis knows nothing of him).
+	Status dispatch.DriverStatus
+	// Alive reports whether his heartbeat key exists.
+	Alive bool
+	// LastPingMs is the device time of his last ping (field seen), unix ms, 0 when unknown: it names
+	// the heartbeat that expired, so every handler of one expiry agrees on which one it was.
+	LastPingMs int64
+}
+
+// DriverPresence reads driverID's presence in one round trip.
+func (s *Store) DriverPresence(ctx context.Context, driverID string) (Presence, error) {
 	pipe := s.rdb.Pipeline()
-	st := pipe.HGet(ctx, s.driverKey(driverID), "status")
+	st := pipe.HMGet(ctx, s.driverKey(driverID), "status", "seen")
 	hb := pipe.Exists(ctx, s.hbKey(driverID))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return "", false, unavailable(err)
+		return Presence{}, unavailable(err)
 	}
-	return dispatch.DriverStatus(st.Val()), hb.Val() == 1, nil
+	v := st.Val()
+	return Presence{Status: dispatch.DriverStatus(str(v[0])), Alive: hb.Val() == 1, LastPingMs: atoi64(str(v[1]))}, nil
 }
 
 // ScanAvailable returns up to about count members of the available set from cursor, and the next
