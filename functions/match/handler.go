@@ -88,7 +88,8 @@ func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
 }
 
 // pick searches candidates by expanding radius and locks the best one it can (the offer-lock
-// script re-checks that he is still available, alive and free). It returns the locked offer, or nil
+// script re-checks that he is still available, alive and free in Redis; PostgreSQL then confirms he
+// holds no active ride). It returns the locked offer, or nil
 // and a note saying why nobody was offered.
 func (f *Function) pick(ctx context.Context, ride *dispatch.Ride, excluded map[string]bool, win lifecycle.Window) (*dispatch.Offer, string, error) {
 	c := f.d.Config
@@ -123,8 +124,19 @@ func (f *Function) pick(ctx context.Context, ride *dispatch.Ride, excluded map[s
 			if err != nil {
 				return nil, "", err
 			}
-			if ok {
+			if !ok {
+				continue
+			}
+			free, err := win.DriverFree(ctx, cand.DriverID)
+			if err == nil && free {
 				return offer, "", nil
+			}
+			// Redis showed an on-ride driver available: never offer him; the service repairs him.
+			if _, rerr := f.d.Redis.ReleaseOffer(ctx, cand.DriverID, offer.ID, false); rerr != nil && err == nil {
+				err = rerr
+			}
+			if err != nil {
+				return nil, "", err
 			}
 		}
 	}

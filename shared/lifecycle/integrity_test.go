@@ -221,3 +221,65 @@ func TestTheOfferWindowComesFromPostgreSQL(t *testing.T) {
 		t.Errorf("lock TTL = %s, want just under %s", ttl, window)
 	}
 }
+
+// Redis lost an on-ride driver (a restart) and his next ping makes him look available: the matcher
+// must not offer him a second ride (PostgreSQL is asked before the offer), and the match repairs
+// his Redis state from PostgreSQL.
+func TestAnOnRideDriverRedisLostIsNeverOffered(t *testing.T) {
+	t.Parallel()
+	env := fntest.NewTimeoutEnv(t, nil)
+	ctx := t.Context()
+	env.Ping(t, "d-1", fntest.Offset(pickup, 100, 0))
+	first := offered(t, env, "r-1", "d-1")
+	if status, body := env.AcceptRide(t, first, "d-1"); status != http.StatusOK {
+		t.Fatalf("accept: %d %v", status, body)
+	}
+	rdb := env.D.Redis.Client()
+	rdb.Del(ctx, env.Key("driver:d-1"), env.Key("onride"))
+	env.Ping(t, "d-1", fntest.Offset(pickup, 110, 0))
+	if !env.InGeo(t, "d-1") {
+		t.Fatalf("setup: d-1 should look available after Redis lost him")
+	}
+	second := env.CreateRide(t, "r-2", pickup, dropoff)
+	if got, want := env.MatchRide(t, second), "no_driver"; got != want {
+		t.Errorf("match of a second ride = %q, want %q (the only driver is on a ride)", got, want)
+	}
+	if n := env.Count(t, `SELECT count(*) FROM offers WHERE ride_id = $1`, second); n != 0 {
+		t.Errorf("offers of the second ride = %d, want 0", n)
+	}
+	if got := env.DriverField(t, "d-1", "ride"); got != first {
+		t.Errorf("Redis ride of d-1 after the match = %q, want %q (repaired from PostgreSQL)", got, first)
+	}
+	if env.InGeo(t, "d-1") {
+		t.Errorf("d-1 is still in the available set")
+	}
+}
+
+// A driver stranded before assignments had versions (Redis holds a ride, no epoch, PostgreSQL has
+// no row for him and no active ride) is found through his pings and freed by reconcile.
+func TestReconcileFreesADriverStrandedBeforeVersions(t *testing.T) {
+	t.Parallel()
+	env := fntest.NewTimeoutEnv(t, func(c *config.Config) { c.ReconcileGrace = 0 })
+	ctx := t.Context()
+	env.Ping(t, "d-old", fntest.Offset(pickup, 100, 0))
+	ghostRide := "0b6f1c1e-3a7d-4a55-9f1e-000000000001"
+	if err := env.D.Redis.Client().HSet(ctx, env.Key("driver:d-old"), "ride", ghostRide, "status", "busy").Err(); err != nil {
+		t.Fatal(err)
+	}
+	env.D.Redis.Client().ZRem(ctx, env.Key("geo:available"), "d-old")
+	env.Ping(t, "d-old", fntest.Offset(pickup, 101, 0)) // his ping puts him in the on-ride set
+	rep, err := env.Reconcile.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rep.AssignmentsRepaired, 1; got != want {
+		t.Errorf("assignments_repaired = %d, want %d", got, want)
+	}
+	if got := env.DriverField(t, "d-old", "ride"); got != "" {
+		t.Errorf("Redis ride of d-old = %q, want none", got)
+	}
+	env.Ping(t, "d-old", fntest.Offset(pickup, 102, 0))
+	if !env.InGeo(t, "d-old") {
+		t.Errorf("freed d-old is not available after his next ping")
+	}
+}

@@ -27,6 +27,19 @@ type Window struct {
 	ExpiresAt time.Time
 	// until is the same instant on this process's monotonic clock.
 	until time.Time
+	// free answers DriverFree from PostgreSQL, in the match's transaction.
+	free func(ctx context.Context, driverID string) (bool, error)
+}
+
+// DriverFree reports whether PostgreSQL has driverID free of any active ride. Call it for the
+// driver whose offer lock was just taken: Redis may lag (a lost write, a Redis restart) and show an
+// on-ride driver available; such a driver is not offered the ride, and his Redis state is repaired
+// from PostgreSQL after the commit.
+func (w Window) DriverFree(ctx context.Context, driverID string) (bool, error) {
+	if w.free == nil {
+		return true, nil
+	}
+	return w.free(ctx, driverID)
 }
 
 // LockTTL is how long the offer lock must live from now for the window to end at ExpiresAt,
@@ -34,7 +47,7 @@ type Window struct {
 func (w Window) LockTTL() time.Duration { return time.Until(w.until) }
 
 // Pick searches for the best available driver for ride, excluding drivers already offered it, and
-// takes his offer lock for win; it returns the offer it locked (ID, DriverID, DistanceM, Score set;
+// takes his offer lock for win (releasing it again for a driver win.DriverFree says is on a ride); it returns the offer it locked (ID, DriverID, DistanceM, Score set;
 // ExpiresAt is win.ExpiresAt) or nil and a note saying why nobody could be offered.
 type Pick func(ctx context.Context, ride *dispatch.Ride, excluded map[string]bool, win Window) (*dispatch.Offer, string, error)
 
@@ -64,7 +77,19 @@ func (s *Service) Match(ctx context.Context, rideID string, ev *EventRef, pick P
 			outcome = MatchNotNeeded
 			return err
 		}
-		win := Window{ExpiresAt: now.Add(c.OfferWindow), until: time.Now().Add(c.OfferWindow)}
+		win := Window{ExpiresAt: now.Add(c.OfferWindow), until: time.Now().Add(c.OfferWindow),
+			free: func(ctx context.Context, driverID string) (bool, error) {
+				rows, err := pgstore.AssignmentsOf(ctx, tx, []string{driverID})
+				if err != nil {
+					return false, err
+				}
+				a, ok := rows[driverID]
+				if !ok || a.RideID == "" {
+					return true, nil
+				}
+				fx.Assignments = append(fx.Assignments, a.Assignment)
+				return false, nil
+			}}
 		offer, note, err := pick(ctx, ride, excluded, win)
 		if err != nil {
 			return err

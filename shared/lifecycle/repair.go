@@ -96,7 +96,8 @@ func CheckAssignments(ctx context.Context, db pgstore.Querier, rs *redisstore.St
 // changed less than grace ago are left alone (their effect may still be on its way). Every repair
 // is ApplyAssignment, compare-and-set on the epoch read from PostgreSQL, so a snapshot that a newer
 // change overtook is a no-op: it repairs nothing that was right. It returns how many drivers it
-// changed; the ones it could not (on a ride in Redis with no row in PostgreSQL) are logged.
+// changed. A driver Redis shows on a ride who has no row in PostgreSQL (stranded before versions
+// existed) gets a free row first, then the same repair.
 func (s *Service) RepairAssignments(ctx context.Context, grace time.Duration) (int, error) {
 	checks, err := CheckAssignments(ctx, s.d.DB.Pool, s.d.Redis)
 	if err != nil {
@@ -107,11 +108,20 @@ func (s *Service) RepairAssignments(ctx context.Context, grace time.Duration) (i
 		if !c.Settled(grace) || !c.Diverged() {
 			continue
 		}
+		a := c.PG.Assignment
 		if !c.HasRow {
-			s.d.Log.Warn("driver on a ride in Redis has no assignment in PostgreSQL; left alone", "driver_id", c.DriverID, "ride_id", c.Redis.RideID)
-			continue
+			// PostgreSQL never assigned him a ride (every active ride has a row, migration 00003):
+			// he is free there. Give him a row so the repair has an epoch, unless one appeared meanwhile.
+			if _, err := pgstore.EnsureAssignmentRow(ctx, s.d.DB.Pool, c.DriverID); err != nil {
+				return fixed, err
+			}
+			rows, err := pgstore.AssignmentsOf(ctx, s.d.DB.Pool, []string{c.DriverID})
+			if err != nil {
+				return fixed, err
+			}
+			a = rows[c.DriverID].Assignment
 		}
-		res, err := s.d.Redis.ApplyAssignment(ctx, c.PG.Assignment)
+		res, err := s.d.Redis.ApplyAssignment(ctx, a)
 		if err != nil {
 			return fixed, err
 		}

@@ -26,7 +26,7 @@ func (s *Service) Accept(ctx context.Context, rideID, driverID string) error {
 		if err != nil {
 			return err
 		}
-		if ride.Status.Active() && ride.DriverID == driverID {
+		if ride.Status == dispatch.RideAccepted && ride.DriverID == driverID {
 			rows, err := pgstore.AssignmentsOf(ctx, tx, []string{driverID})
 			if a, ok := rows[driverID]; ok && err == nil && a.RideID == rideID {
 				fx.Assignments = append(fx.Assignments, a.Assignment)

@@ -84,3 +84,13 @@ func AssignmentsOf(ctx context.Context, q Querier, ids []string) (map[string]Ass
 	}
 	return out, nil
 }
+
+// EnsureAssignmentRow gives driverID a driver_assignments row saying he is free (epoch 1) if he has
+// none; an existing row is left as it is. It reports whether it inserted one.
+func EnsureAssignmentRow(ctx context.Context, q Querier, driverID string) (bool, error) {
+	tag, err := q.Exec(ctx, `INSERT INTO driver_assignments (driver_id, epoch) VALUES ($1, 1) ON CONFLICT (driver_id) DO NOTHING`, driverID)
+	if err != nil {
+		return false, pgErr(err)
+	}
+	return tag.RowsAffected() == 1, nil
+}

@@ -45,7 +45,9 @@ type PingResult struct {
 // pingScript applies one ping atomically (one round trip per call, pipelined for batches).
 // KEYS: driver hash, heartbeat, GEO set, offer lock, deadlines. ARGV: driver id, lat, lng, ts ms,
 // status ("" keeps), heading, speed, heartbeat TTL ms, max speed m/s, noise m, ride-pos key prefix,
-// ride-pos TTL ms, driver-state TTL ms. The heartbeat's deadline is Redis's clock + TTL.
+// ride-pos TTL ms, driver-state TTL ms, on-ride set key. The heartbeat's deadline is Redis's clock
+// + TTL. A driver whose hash holds a ride is (re-)added to the on-ride set, so reconcile finds every
+// such driver even if the set was lost or predates him.
 // Rules: a ping not newer than the last accepted one is stale: it still proves the driver alive
 // (heartbeat refreshed) but changes nothing else; a ping implying a speed above the maximum is a
 // GPS jump: it refreshes the heartbeat but not the position. Drivers on a ride keep the status
@@ -103,6 +105,7 @@ if status == 'available' and ride == '' and not offer and lat and lng then
 else
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
+if ride ~= '' then redis.call('SADD', ARGV[14], ARGV[1]) end
 if ride ~= '' and applied == 1 then
   local rk = ARGV[11] .. ride
   if redis.call('HGET', rk, 'driver') == ARGV[1] then
@@ -184,5 +187,6 @@ func (s *Store) pingArgs(p Ping) []any {
 		s.prefix + "ridepos:",
 		s.RidePosTTL.Milliseconds(),
 		s.DriverStateTTL.Milliseconds(),
+		s.onRideKey(),
 	}
 }
