@@ -29,8 +29,9 @@ const (
 	RideCompleted = "io.flagdown.ride.completed.v1"
 	// RideCancelled: the rider or driver cancelled the ride for good (ride/cancel).
 	RideCancelled = "io.flagdown.ride.cancelled.v1"
-	// RideReopened: the driver cancelled an ACCEPTED ride; it is REQUESTED again and must be
-	// matched without him (ride/cancel). Triggers match.
+	// RideReopened: an ACCEPTED ride lost its driver, who cancelled it (ride/cancel) or went offline
+	// (expiry-notification, reconcile: reason driver_offline); it is REQUESTED again, with a fresh
+	// retry budget, and must be matched without him. Triggers match.
 	RideReopened = "io.flagdown.ride.reopened.v1"
 	// RideOfferExpired: the offered driver let the offer window pass (expiry-notification, reconcile).
 	// Triggers match without him.

@@ -23,7 +23,8 @@ type GeoHit struct {
 }
 
 // Nearby returns up to count available drivers within radiusM metres of p, nearest first
-// (GEOSEARCH FROMLONLAT BYRADIUS ASC COUNT: cost grows with count, not with fleet size).
+// (GEOSEARCH FROMLONLAT BYRADIUS ASC COUNT: the reply is bounded by count, but Redis visits every
+// member inside the radius, so the cost grows with how many drivers are there).
 func (s *Store) Nearby(ctx context.Context, p dispatch.Point, radiusM float64, count int) ([]GeoHit, error) {
 	locs, err := s.rdb.GeoSearchLocation(ctx, s.geoKey(), &redis.GeoSearchLocationQuery{
 		GeoSearchQuery: redis.GeoSearchQuery{
