@@ -3,10 +3,11 @@
 //
 // Triggered by ride.requested, ride.offer.declined, ride.reopened, ride.offer.expired and ride.retry
 // CloudEvents (subject = ride id; see events.Triggers).
-// Steps, as in the design notes: nearest available drivers by expanding radius (GEOSEARCH ASC COUNT:
-// the reply is bounded, though Redis still visits every driver inside the radius); heartbeat and state filter in one round trip; drivers
-// already offered this ride excluded; ranking by dispatch.Score; the first candidate whose offer lock
-// (SET NX, offer window as TTL, eligibility re-checked in the same script) we win gets the offer, recorded in PostgreSQL with a ride.offered
+// Steps, as in the design notes: nearest available drivers by expanding radius (GEOSEARCH ASC
+// COUNT: the reply is bounded, though Redis still visits every driver inside the radius); heartbeat
+// and state filter in one round trip; drivers already offered this ride excluded; ranking by
+// dispatch.Score; the first candidate whose offer lock (SET NX, offer window as TTL, eligibility
+// re-checked in the same script) we win gets the offer, recorded in PostgreSQL with a ride.offered
 // outbox row in the same transaction. If nobody can be offered, the attempt and its reason are
 // recorded, a retry timer armed, and after the retry budget the ride becomes UNMATCHED. The state
 // changes are lifecycle.Service.Match's; this function owns the candidate search. Each event is
