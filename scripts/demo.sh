@@ -131,5 +131,23 @@ done
 log "platform ready at $BASE_URL"
 
 step "$BIN replay --url $BASE_URL $REPLAY_ARGS"
+# The replay ends with the invariant check of `flagdown verify` (same environment as flagdown dev) and
+# exits non-zero, after writing its summary, when an invariant_* count is not 0 or the check could not
+# run; the demo fails with it.
+SUMMARY_MARK=.local/demo-replay.start
+touch "$SUMMARY_MARK"
+replay_status=0
 # shellcheck disable=SC2086
-"$BIN" replay --url "$BASE_URL" $REPLAY_ARGS
+"$BIN" replay --url "$BASE_URL" $REPLAY_ARGS || replay_status=$?
+if [ "$replay_status" -ne 0 ]; then
+	if [ -f demo-summary.json ] && [ demo-summary.json -nt "$SUMMARY_MARK" ]; then
+		violated="$(grep -Eo '"invariant_[a-z_]+": [1-9][0-9]*' demo-summary.json | tr -d '"' | paste -sd ' ' - || true)"
+		if [ -n "$violated" ]; then
+			log "INVARIANT VIOLATIONS after the replay: $violated (example ids: verify_examples in demo-summary.json)"
+		elif grep -q '"verify_ran": false' demo-summary.json && ! grep -q '"interrupted": true' demo-summary.json; then
+			log "the invariants were NOT checked: $(grep -o '"verify_error": "[^"]*"' demo-summary.json || echo 'see above')"
+		fi
+	fi
+	log "replay failed (exit $replay_status)"
+	exit "$replay_status"
+fi

@@ -5,6 +5,8 @@
 //	flagdown replay         replay real NYC taxi trips against a running platform over HTTP
 //	flagdown expiry-source  publish Redis timed-key expiries as events (flagdown dev runs one)
 //	flagdown relay          publish outbox rows to the broker (flagdown dev runs one)
+//	flagdown verify         check PostgreSQL and Redis against the invariants; exit status 1 on any violation
+//	flagdown chaos          replay trips while killing and restarting the platform, Redis and the relay; check nothing was lost
 package main
 
 import (
@@ -24,7 +26,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDevCmd(), newMigrateCmd(), newReplayCmd(), newExpirySourceCmd(), newRelayCmd())
+	root.AddCommand(newDevCmd(), newMigrateCmd(), newReplayCmd(), newExpirySourceCmd(), newRelayCmd(), newVerifyCmd(), newChaosCmd())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := root.ExecuteContext(ctx); err != nil {

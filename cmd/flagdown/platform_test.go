@@ -58,6 +58,15 @@ func replayOptions(t *testing.T, addr string) replay.Options {
 	return opts
 }
 
+// platformReplayOptions are replayOptions aimed at p, whose invariants the replay checks at the end
+// in p's own schema and Redis prefix.
+func platformReplayOptions(t *testing.T, p *platform) replay.Options {
+	t.Helper()
+	opts := replayOptions(t, p.Addr())
+	opts.VerifyConfig = p.deps.Config
+	return opts
+}
+
 // TestReplayEndToEnd replays a few minutes of the real trips through the real platform and checks
 // the dispatch invariants in PostgreSQL afterwards.
 func TestReplayEndToEnd(t *testing.T) {
@@ -65,7 +74,7 @@ func TestReplayEndToEnd(t *testing.T) {
 		t.Skip("end-to-end replay")
 	}
 	p := startTestPlatform(t)
-	opts := replayOptions(t, p.Addr())
+	opts := platformReplayOptions(t, p)
 	opts.Drivers, opts.Minutes, opts.Speedup = 300, 2, 20
 	opts.Drain = 2 * time.Minute
 	opts.SummaryPath = filepath.Join(t.TempDir(), "summary.json")
@@ -81,6 +90,9 @@ func TestReplayEndToEnd(t *testing.T) {
 	}
 	if sum.RidesRequested == 0 || sum.RidesMatched == 0 {
 		t.Fatalf("replay requested %d rides and matched %d; want both > 0", sum.RidesRequested, sum.RidesMatched)
+	}
+	if !sum.VerifyRan || sum.VerifyViolations != 0 {
+		t.Errorf("invariants checked %v, violations %d %v; want checked, 0", sum.VerifyRan, sum.VerifyViolations, sum.VerifyExamples)
 	}
 	if sum.MatchLatencyCount != sum.RidesRequested || sum.OfferLatencyCount == 0 {
 		t.Errorf("match latency over %d rides, offer latency over %d; want every one of %d requested, and some",
@@ -141,7 +153,7 @@ func TestReplaySinglePingsEndToEnd(t *testing.T) {
 		t.Skip("end-to-end replay")
 	}
 	p := startTestPlatform(t)
-	opts := replayOptions(t, p.Addr())
+	opts := platformReplayOptions(t, p)
 	opts.Drivers, opts.Minutes, opts.Speedup, opts.BatchSize = 100, 1, 20, 1
 	opts.Drain = time.Minute
 	sum, err := replay.Run(context.Background(), opts, io.Discard)
@@ -196,7 +208,7 @@ func TestReplayTimeoutsEndToEnd(t *testing.T) {
 		t.Skip("end-to-end replay")
 	}
 	p := startTestPlatform(t, tightTimeouts)
-	opts := replayOptions(t, p.Addr())
+	opts := platformReplayOptions(t, p)
 	opts.Drivers, opts.Minutes, opts.Speedup, opts.Drain = 200, 2, 20, 4*time.Minute
 	opts.NoAnswerProb, opts.OfflineProbPerHour = 0.3, 0.999
 	sum, err := replay.Run(context.Background(), opts, io.Discard)
@@ -240,7 +252,7 @@ func TestReplayUnmatchedEndToEnd(t *testing.T) {
 		t.Skip("end-to-end replay")
 	}
 	p := startTestPlatform(t, tightTimeouts)
-	opts := replayOptions(t, p.Addr())
+	opts := platformReplayOptions(t, p)
 	opts.Drivers, opts.Minutes, opts.Speedup, opts.Drain = 5, 1, 20, 4*time.Minute
 	sum, err := replay.Run(context.Background(), opts, io.Discard)
 	if err != nil {

@@ -31,7 +31,13 @@ times it out and offers the ride to the next driver), and drops offline for good
 --offline-prob per simulated hour of his shift (he stops pinging; an ACCEPTED ride he was driving to is
 re-opened by the platform after its heartbeat TTL). At the end a summary table is printed and written as
 JSON to --summary, including offer_timeouts, rematches, drivers_went_offline, rides_unmatched (final
-status UNMATCHED) and rides_never_matched (still REQUESTED).`,
+status UNMATCHED) and rides_never_matched (still REQUESTED).
+
+At the end, --verify-grace plus 2 s after its last request, the replay checks the platform's
+invariants as ` + "`flagdown verify`" + ` does, reading its PostgreSQL and Redis directly (DATABASE_URL,
+FLAGDOWN_DB_SCHEMA, REDIS_URL, FLAGDOWN_REDIS_PREFIX: the same environment as ` + "`flagdown dev`" + `), and
+puts every count in the summary as invariant_<name>. It exits with status 1, after writing the
+summary, when a count is not 0 or when the check could not run (--verify=false skips it).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Minutes = float64(minutes)
@@ -64,5 +70,7 @@ status UNMATCHED) and rides_never_matched (still REQUESTED).`,
 	f.BoolVar(&o.CheckURL, "check-url", o.CheckURL, "fail fast unless GET <url>/readyz answers 200")
 	f.BoolVar(&o.SpreadMinute, "spread-minute", o.SpreadMinute, "spread pickups recorded to the whole minute uniformly over that minute (seeded)")
 	f.StringVar(&o.RunID, "run-id", "", "id embedded in driver and rider ids (default: derived from the clock, unique per run)")
+	f.BoolVar(&o.Verify, "verify", o.Verify, "check the platform's invariants at the end (as flagdown verify does; needs its PostgreSQL and Redis)")
+	f.DurationVar(&o.VerifyGrace, "verify-grace", o.VerifyGrace, "grace of the final invariant check (as flagdown verify --grace)")
 	return cmd
 }

@@ -5,14 +5,19 @@ import (
 	"container/heap"
 	"context"
 	"encoding/json"
+	"io"
 	"math"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flagdown/flagdown/internal/testkit"
+	"github.com/flagdown/flagdown/shared/invariants"
 )
 
 // repoTestdata finds the repository's testdata directory by walking up from this package (tests run
@@ -189,6 +194,7 @@ func TestSummaryJSONKeys(t *testing.T) {
 		"offer_timeouts", "offers_ignored", "rematches", "rides_reoffered", "rides_reopened", "drivers_went_offline",
 		"offline_rides_abandoned", "offline_rides_reopened", "offline_rides_rematched", "rides_never_matched",
 		"final_status_known", "no_answer_prob", "offline_prob_per_h", "ride_status_counts", "accept_conflict_reasons",
+		"verify_ran", "verify_error", "verify_grace_s", "verify_violations", "verify_examples",
 	} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("summary JSON lacks %q", k)
@@ -205,7 +211,15 @@ func TestSummaryJSONKeys(t *testing.T) {
 	if m["no_answer_prob"] != 0.05 || m["offline_prob_per_h"] != 0.02 {
 		t.Errorf("defaults in the JSON: no_answer_prob %v offline_prob_per_h %v", m["no_answer_prob"], m["offline_prob_per_h"])
 	}
-	for _, k := range []string{"ride_status_counts", "accept_conflict_reasons", "http_errors"} {
+	for _, inv := range invariants.All {
+		if m[inv.Name.Key()] != 0.0 {
+			t.Errorf("summary JSON: %s = %v, want 0", inv.Name.Key(), m[inv.Name.Key()])
+		}
+	}
+	if m["verify_ran"] != false || m["verify_grace_s"] != 10.0 {
+		t.Errorf("before verifying: verify_ran %v, verify_grace_s %v", m["verify_ran"], m["verify_grace_s"])
+	}
+	for _, k := range []string{"ride_status_counts", "accept_conflict_reasons", "http_errors", "verify_examples"} {
 		if _, ok := m[k].(map[string]any); !ok {
 			t.Errorf("%s is %v, want an object", k, m[k])
 		}
@@ -645,5 +659,127 @@ func TestSummaryTimeoutFigures(t *testing.T) {
 		if !strings.Contains(buf.String(), row) {
 			t.Errorf("table lacks %q:\n%s", row, buf.String())
 		}
+	}
+}
+
+// TestSummaryHasEveryInvariant: each invariant of package invariants has its Summary field and its
+// invariant_<name> key, and nothing else is called invariant_*.
+func TestSummaryHasEveryInvariant(t *testing.T) {
+	s := &Summary{}
+	fields := s.invariantFields()
+	for i, inv := range invariants.All {
+		f := fields[inv.Name]
+		if f == nil {
+			t.Fatalf("Summary has no field for %s", inv.Name)
+		}
+		*f = i + 1
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for k := range m {
+		if strings.HasPrefix(k, "invariant_") {
+			n++
+		}
+	}
+	for i, inv := range invariants.All {
+		if m[inv.Name.Key()] != float64(i+1) {
+			t.Errorf("%s = %v, want %d (field and key disagree)", inv.Name.Key(), m[inv.Name.Key()], i+1)
+		}
+	}
+	if n != len(invariants.All) || len(fields) != len(invariants.All) {
+		t.Errorf("%d invariant_* keys and %d fields, want %d of each", n, len(fields), len(invariants.All))
+	}
+}
+
+// TestVerifyInto checks the invariants against a real (empty, then broken) PostgreSQL schema and
+// Redis prefix, records them in the summary, and fails when they cannot be checked.
+func TestVerifyInto(t *testing.T) {
+	d := testkit.Deps(t, nil)
+	ctx := context.Background()
+	o := DefaultOptions()
+	o.VerifyConfig, o.VerifyGrace = d.Config, time.Second
+
+	sum := (&sim{opts: o, rides: map[string]*ride{}, conflictReasons: map[string]int{}, httpErrors: map[string]int{}}).summary(0, 0, 0)
+	if err := verifyInto(ctx, o, sum, io.Discard); err != nil {
+		t.Fatalf("verify of a clean platform: %v", err)
+	}
+	if !sum.VerifyRan || sum.VerifyViolations != 0 || sum.VerifyError != "" || invariantsError(sum) != nil {
+		t.Fatalf("clean platform: ran %v, violations %d, error %q", sum.VerifyRan, sum.VerifyViolations, sum.VerifyError)
+	}
+	var buf bytes.Buffer
+	sum.WriteTable(&buf)
+	if !strings.Contains(buf.String(), "all 9 hold") {
+		t.Errorf("table of a clean check:\n%s", buf.String())
+	}
+
+	// An event the relay never published, an hour old.
+	if _, err := d.DB.Pool.Exec(ctx, `INSERT INTO outbox (event_id, type, source, subject, ordering_key, data, created_at)
+		VALUES (gen_random_uuid(), 'io.flagdown.ride.retry.v1', '/test', 'x', 'x', '{}', now() - interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := verifyInto(ctx, o, sum, io.Discard); err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	if sum.InvariantOutboxBacklog != 1 || sum.VerifyViolations != 1 || len(sum.VerifyExamples["outbox_backlog"]) != 1 {
+		t.Fatalf("outbox backlog %d, violations %d, examples %v", sum.InvariantOutboxBacklog, sum.VerifyViolations, sum.VerifyExamples)
+	}
+	if err := invariantsError(sum); err == nil || !strings.Contains(err.Error(), "invariant_outbox_backlog 1") {
+		t.Errorf("invariantsError = %v", err)
+	}
+	buf.Reset()
+	sum.WriteTable(&buf)
+	if !strings.Contains(buf.String(), "1 VIOLATIONS") || !strings.Contains(buf.String(), "invariant outbox_backlog") {
+		t.Errorf("table of a violated check:\n%s", buf.String())
+	}
+
+	// Nothing listens where PostgreSQL is said to be.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	bad := *d.Config
+	bad.DatabaseURL = "postgres://postgres@" + addr + "/postgres?sslmode=disable&connect_timeout=2"
+	o.VerifyConfig = &bad
+	sum = (&sim{opts: o, rides: map[string]*ride{}, conflictReasons: map[string]int{}, httpErrors: map[string]int{}}).summary(0, 0, 0)
+	err = verifyInto(ctx, o, sum, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--verify=false") || sum.VerifyRan || sum.VerifyError == "" {
+		t.Fatalf("unreachable PostgreSQL: err %v, ran %v, verify_error %q", err, sum.VerifyRan, sum.VerifyError)
+	}
+	buf.Reset()
+	sum.WriteTable(&buf)
+	if !strings.Contains(buf.String(), "NOT CHECKED") {
+		t.Errorf("table of a check that did not run:\n%s", buf.String())
+	}
+}
+
+// TestWaitBeforeVerify waits until the grace plus VerifySettle after the last request, and no
+// longer once that has passed.
+func TestWaitBeforeVerify(t *testing.T) {
+	o := DefaultOptions()
+	o.VerifyGrace = 100 * time.Millisecond
+	start := time.Now()
+	if err := waitBeforeVerify(context.Background(), o, start, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited < o.VerifyGrace+VerifySettle {
+		t.Errorf("waited %s, want at least %s", waited, o.VerifyGrace+VerifySettle)
+	}
+	begin := time.Now()
+	if err := waitBeforeVerify(context.Background(), o, start.Add(-time.Minute), io.Discard); err != nil || time.Since(begin) > time.Second {
+		t.Errorf("long after the last request: err %v, waited %s", err, time.Since(begin))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := waitBeforeVerify(ctx, o, time.Now(), io.Discard); err == nil {
+		t.Error("a cancelled wait returned nil")
 	}
 }

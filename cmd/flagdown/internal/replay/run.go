@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+
+	"github.com/flagdown/flagdown/shared/config"
 )
 
 // PlatformDefaultMaxSpeedMPS is the platform's default FLAGDOWN_MAX_SPEED_MPS (metres per wall
@@ -107,6 +109,17 @@ type Options struct {
 	SpreadMinute bool
 	// HTTPClient overrides the HTTP client (tests); nil builds one with connection reuse tuned to Concurrency.
 	HTTPClient *http.Client
+	// Verify makes Run check the platform's invariants at the end (package shared/invariants, as
+	// `flagdown verify` does), VerifyGrace + VerifySettle after its last request, reading the
+	// platform's PostgreSQL and Redis directly: the replay must run where it can reach them. Run
+	// fails when a count is not 0 or when the check cannot run.
+	Verify bool
+	// VerifyGrace is the grace of that check (≥ 0): what is only eventually true counts once it has
+	// stayed wrong this long.
+	VerifyGrace time.Duration
+	// VerifyConfig names the platform's PostgreSQL and Redis (URLs, schema, key prefix); nil reads
+	// them from the environment (config.Load), as `flagdown dev` does.
+	VerifyConfig *config.Config
 }
 
 // DefaultOptions returns the flag defaults of `flagdown replay`.
@@ -130,6 +143,8 @@ func DefaultOptions() Options {
 		CheckURL:           true,
 		SpreadMinute:       true,
 		Progress:           true,
+		Verify:             true,
+		VerifyGrace:        DefaultVerifyGrace,
 	}
 }
 
@@ -159,6 +174,8 @@ func (o *Options) validate() error {
 		return errors.New("drain must be ≥ 0")
 	case o.BatchSize < 1 || o.BatchSize > MaxBatchSize:
 		return fmt.Errorf("batch size must be within 1..%d", MaxBatchSize)
+	case o.VerifyGrace < 0:
+		return errors.New("verify-grace must be ≥ 0")
 	}
 	return nil
 }
@@ -449,8 +466,10 @@ func retryable(err error) bool {
 }
 
 // Run replays the trips against the platform at opts.URL until the last order-create plus opts.Drain
-// (simulated) or until ctx is cancelled, prints a summary table on out, writes opts.SummaryPath, and
-// returns the summary. On cancellation it returns the partial summary (Interrupted set) and ctx.Err().
+// (simulated) or until ctx is cancelled, checks the platform's invariants when opts.Verify is set,
+// prints a summary table on out, writes opts.SummaryPath, and returns the summary. On cancellation it
+// returns the partial summary (Interrupted set) and ctx.Err(). After writing the summary it returns
+// an error when the invariants could not be checked or any invariant_* count is not 0.
 func Run(ctx context.Context, opts Options, out io.Writer) (*Summary, error) {
 	if out == nil {
 		out = io.Discard
@@ -585,6 +604,7 @@ loop:
 	s.closed = true
 	close(s.jobs)
 	wg.Wait()
+	lastRequest := time.Now() // every ping, order and action has been answered
 	s.drainInbox()
 	if bar != nil {
 		if !interrupted {
@@ -601,6 +621,14 @@ loop:
 		}
 	}
 	sum := s.summary(nextTrip, skipped, pingWall)
+	var verifyErr error
+	if !interrupted && opts.Verify {
+		if err := waitBeforeVerify(ctx, opts, lastRequest, out); err != nil {
+			interrupted = true
+		} else if verifyErr = verifyInto(ctx, opts, sum, out); ctx.Err() != nil {
+			interrupted, verifyErr = true, nil
+		}
+	}
 	sum.Interrupted = interrupted
 	sum.WallSeconds = time.Since(wallStart).Seconds()
 	sum.WriteTable(out)
@@ -613,7 +641,10 @@ loop:
 	if sum.Interrupted {
 		return sum, ctx.Err()
 	}
-	return sum, nil
+	if verifyErr != nil {
+		return sum, verifyErr
+	}
+	return sum, invariantsError(sum)
 }
 
 // orderCreate sends the trip's order; retried (same Idempotency-Key) on transport errors and 5xx.
@@ -958,16 +989,18 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 		AcceptProb: o.AcceptProb, NoAnswerProb: o.NoAnswerProb, OfflineProbPerHour: o.OfflineProbPerHour,
 		DriverSpeedMPS: o.DriverSpeedMPS, DrainS: o.Drain.Seconds(), Seed: o.Seed,
 		Concurrency: o.Concurrency, BatchSize: o.BatchSize, TripsPath: o.TripsPath, URL: o.URL, RunID: o.RunID,
+		VerifyGraceS: o.VerifyGrace.Seconds(), VerifyExamples: map[string][]string{},
 	}
 	if pingWall > 0 {
 		sum.PingsPerS = float64(sum.PingsTotal) / pingWall.Seconds()
 	}
 	var ttm, dist []float64
-	for _, r := range s.rides {
+	for id, r := range s.rides {
 		if !r.requested {
 			continue
 		}
 		sum.RidesRequested++
+		sum.RideIDs = append(sum.RideIDs, id)
 		if r.offered {
 			sum.RidesOffered++
 		}

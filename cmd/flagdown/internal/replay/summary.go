@@ -7,7 +7,10 @@ import (
 	"math"
 	"os"
 	"sort"
+	"strings"
 	"text/tabwriter"
+
+	"github.com/flagdown/flagdown/shared/invariants"
 )
 
 // Percentile returns the nearest-rank p-th percentile (p in 0..100) of samples: the smallest sample
@@ -179,6 +182,38 @@ type Summary struct {
 	// ErrorExamples are the first few unexpected errors, for display.
 	ErrorExamples []string `json:"error_examples"`
 
+	// VerifyRan is true when the platform's invariants were checked at the end (package
+	// shared/invariants, as `flagdown verify` does), VerifyGraceS + VerifySettle after the last
+	// request. The invariant_* counts are 0 when it did not run.
+	VerifyRan bool `json:"verify_ran"`
+	// VerifyError says why the check did not run although it was asked for ("" otherwise).
+	VerifyError string `json:"verify_error"`
+	// VerifyGraceS is the grace the check judged with, seconds.
+	VerifyGraceS float64 `json:"verify_grace_s"`
+	// VerifyViolations is the sum of the invariant_* counts; the replay fails when it is not 0.
+	VerifyViolations int `json:"verify_violations"`
+	// VerifyExamples maps each violated invariant's name to up to 10 example ids.
+	VerifyExamples map[string][]string `json:"verify_examples"`
+	// InvariantDriverRideMismatch counts drivers whose Redis ride is not their active ride in
+	// PostgreSQL (invariants.DriverRideMismatch; every invariant_* count is documented in invariants.All).
+	InvariantDriverRideMismatch int `json:"invariant_driver_ride_mismatch"`
+	// InvariantAvailableWhileOnRide counts drivers on a ride in the available GEO set.
+	InvariantAvailableWhileOnRide int `json:"invariant_available_while_on_ride"`
+	// InvariantDriverTwoActiveRides counts drivers with two or more active rides.
+	InvariantDriverTwoActiveRides int `json:"invariant_driver_two_active_rides"`
+	// InvariantAssignmentRowMismatch counts drivers whose driver_assignments row disagrees with rides.
+	InvariantAssignmentRowMismatch int `json:"invariant_assignment_row_mismatch"`
+	// InvariantRideTwoPendingOffers counts rides with two or more PENDING offers.
+	InvariantRideTwoPendingOffers int `json:"invariant_ride_two_pending_offers"`
+	// InvariantPendingOfferOverdue counts PENDING offers past their window plus the grace.
+	InvariantPendingOfferOverdue int `json:"invariant_pending_offer_overdue"`
+	// InvariantRequestedRideIdle counts REQUESTED rides idle past the grace with no offer and no timer.
+	InvariantRequestedRideIdle int `json:"invariant_requested_ride_idle"`
+	// InvariantOutboxBacklog counts outbox rows unpublished past the grace.
+	InvariantOutboxBacklog int `json:"invariant_outbox_backlog"`
+	// InvariantRidePositionWrongDriver counts active rides whose live position names another driver.
+	InvariantRidePositionWrongDriver int `json:"invariant_ride_position_wrong_driver"`
+
 	// WallSeconds is the wall-clock duration of the whole replay, seconds.
 	WallSeconds float64 `json:"wall_seconds"`
 	// Interrupted is true when the replay was cancelled before the end (figures are partial).
@@ -219,6 +254,41 @@ type Summary struct {
 	URL string `json:"url"`
 	// RunID distinguishes this run's driver and rider ids from other runs'.
 	RunID string `json:"run_id"`
+
+	// RideIDs are the ids of the RidesRequested rides, in no particular order (not written to the
+	// JSON: the chaos run checks each of them in PostgreSQL).
+	RideIDs []string `json:"-"`
+}
+
+// invariantFields maps every invariant to its Summary field.
+func (s *Summary) invariantFields() map[invariants.Name]*int {
+	return map[invariants.Name]*int{
+		invariants.DriverRideMismatch:      &s.InvariantDriverRideMismatch,
+		invariants.AvailableWhileOnRide:    &s.InvariantAvailableWhileOnRide,
+		invariants.DriverTwoActiveRides:    &s.InvariantDriverTwoActiveRides,
+		invariants.AssignmentRowMismatch:   &s.InvariantAssignmentRowMismatch,
+		invariants.RideTwoPendingOffers:    &s.InvariantRideTwoPendingOffers,
+		invariants.PendingOfferOverdue:     &s.InvariantPendingOfferOverdue,
+		invariants.RequestedRideIdle:       &s.InvariantRequestedRideIdle,
+		invariants.OutboxBacklog:           &s.InvariantOutboxBacklog,
+		invariants.RidePositionWrongDriver: &s.InvariantRidePositionWrongDriver,
+	}
+}
+
+// setInvariants records what invariants.Check found (VerifyRan, the counts, their sum and the
+// examples of the violated invariants).
+func (s *Summary) setInvariants(rep invariants.Report) {
+	s.VerifyRan, s.VerifyViolations = true, rep.Violations()
+	s.VerifyExamples = map[string][]string{}
+	fields := s.invariantFields()
+	for _, r := range rep.Results {
+		if f := fields[r.Name]; f != nil {
+			*f = r.Count
+		}
+		if r.Count > 0 {
+			s.VerifyExamples[string(r.Name)] = r.Examples
+		}
+	}
 }
 
 // WriteJSON writes s as indented JSON to path (creating or truncating it).
@@ -264,6 +334,27 @@ func (s *Summary) WriteTable(w io.Writer) {
 	row("pings rejected", "gps_jump %d, stale %d", s.GPSRejected, s.StaleRejected)
 	if len(s.HTTPErrors) > 0 {
 		row("http errors", "%v", s.HTTPErrors)
+	}
+	switch {
+	case s.VerifyRan:
+		fields := s.invariantFields()
+		for _, inv := range invariants.All {
+			n := *fields[inv.Name]
+			ex := ""
+			if n > 0 {
+				ex = "  e.g. " + strings.Join(s.VerifyExamples[string(inv.Name)], ", ")
+			}
+			row("invariant "+string(inv.Name), "%d%s", n, ex)
+		}
+		if s.VerifyViolations == 0 {
+			row("invariants", "all %d hold (grace %g s)", len(invariants.All), s.VerifyGraceS)
+		} else {
+			row("invariants", "%d VIOLATIONS (grace %g s)", s.VerifyViolations, s.VerifyGraceS)
+		}
+	case s.VerifyError != "":
+		row("invariants", "NOT CHECKED: %s", s.VerifyError)
+	default:
+		row("invariants", "not checked")
 	}
 	row("wall time", "%.1f s", s.WallSeconds)
 	row("drivers / speedup / window", "%d / %gx / %g min", s.Drivers, s.Speedup, s.WindowMinutes)

@@ -1,0 +1,91 @@
+package replay
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/invariants"
+)
+
+// VerifySettle is how long, beyond Options.VerifyGrace, the replay waits after its last request
+// before it checks the invariants, so that what the last requests set in motion has landed.
+const VerifySettle = 2 * time.Second
+
+// DefaultVerifyGrace is the default Options.VerifyGrace (the default of `flagdown verify --grace`).
+const DefaultVerifyGrace = 10 * time.Second
+
+// waitBeforeVerify sleeps until VerifyGrace + VerifySettle after lastRequest, or until ctx ends
+// (then it returns ctx.Err()).
+func waitBeforeVerify(ctx context.Context, o Options, lastRequest time.Time, out io.Writer) error {
+	wait := time.Until(lastRequest.Add(o.VerifyGrace + VerifySettle))
+	if wait <= 0 {
+		return nil
+	}
+	fmt.Fprintf(out, "waiting %.1f s (verify grace %s + %s) after the last request before checking the invariants…\n",
+		wait.Seconds(), o.VerifyGrace, VerifySettle)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// verifyInto checks the platform's invariants (invariants.Check with o.VerifyGrace) against the
+// PostgreSQL and Redis of o.VerifyConfig, or of config.Load() when it is nil, and records the
+// counts in sum. When the check cannot run, sum.VerifyError says why and the error is returned.
+func verifyInto(ctx context.Context, o Options, sum *Summary, out io.Writer) error {
+	fail := func(err error) error {
+		sum.VerifyError = err.Error()
+		return fmt.Errorf("verify did not run: %w (pass --verify=false to replay without it)", err)
+	}
+	cfg := o.VerifyConfig
+	if cfg == nil {
+		var err error
+		if cfg, err = config.Load(); err != nil {
+			return fail(err)
+		}
+	}
+	schema := cfg.DatabaseSchema
+	if schema == "" {
+		schema = "public" // what pgstore.Open uses
+	}
+	fmt.Fprintf(out, "checking the invariants in PostgreSQL schema %s and Redis prefix %q (grace %s)…\n",
+		schema, cfg.RedisPrefix, o.VerifyGrace)
+	openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	d, err := app.Open(openCtx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cancel()
+	if err != nil {
+		return fail(err)
+	}
+	defer d.Close()
+	rep, err := invariants.Check(ctx, d.DB, d.Redis, o.VerifyGrace)
+	if err != nil {
+		return fail(err)
+	}
+	sum.setInvariants(rep)
+	return nil
+}
+
+// invariantsError is nil unless sum records invariant violations; then it names them.
+func invariantsError(sum *Summary) error {
+	if sum.VerifyViolations == 0 {
+		return nil
+	}
+	var parts []string
+	for _, inv := range invariants.All {
+		if n := *sum.invariantFields()[inv.Name]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", inv.Name.Key(), n))
+		}
+	}
+	return fmt.Errorf("%d invariant violations after the replay (%s): run `flagdown verify` against the platform for details",
+		sum.VerifyViolations, strings.Join(parts, ", "))
+}

@@ -1,0 +1,345 @@
+// Package invariants checks that a deployment's state holds flagdown's guarantees, reading
+// PostgreSQL (the truth) and Redis (its projection) and changing nothing: the rules of `flagdown
+// verify`, which the replay also runs at its end. All lists every invariant and what it counts; it
+// is the one place their meaning is written down (the command help and the README point here).
+//
+// Anything that is only eventually true (Redis following a commit, a timeout being acted on, the
+// relay publishing) is judged only after grace: a violation is something that stayed wrong longer
+// than the platform's own paths take to make it right. Ages are measured with PostgreSQL's clock
+// (and Redis's for Redis deadlines), never the host's. Whatever compares the two stores is read
+// PostgreSQL, then Redis, then PostgreSQL again for the suspects: a change committed between the two
+// reads is not taken for a divergence.
+package invariants
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/flagdown/flagdown/shared/lifecycle"
+	"github.com/flagdown/flagdown/shared/pgstore"
+	"github.com/flagdown/flagdown/shared/redisstore"
+)
+
+// Name identifies an invariant. Names are snake_case and stable: they are the JSON keys of
+// `flagdown verify --json` and, as "invariant_<name>", of the replay summary.
+type Name string
+
+// The invariants, in report order (see All for what each counts).
+const (
+	DriverRideMismatch      Name = "driver_ride_mismatch"
+	AvailableWhileOnRide    Name = "available_while_on_ride"
+	DriverTwoActiveRides    Name = "driver_two_active_rides"
+	AssignmentRowMismatch   Name = "assignment_row_mismatch"
+	RideTwoPendingOffers    Name = "ride_two_pending_offers"
+	PendingOfferOverdue     Name = "pending_offer_overdue"
+	RequestedRideIdle       Name = "requested_ride_idle"
+	OutboxBacklog           Name = "outbox_backlog"
+	RidePositionWrongDriver Name = "ride_position_wrong_driver"
+)
+
+// Key is the invariant's key in the replay summary: "invariant_<name>".
+func (n Name) Key() string { return "invariant_" + string(n) }
+
+// Invariant describes one rule.
+type Invariant struct {
+	Name Name
+	// Counts says what one unit of the count is, which is also the kind of the example ids.
+	Counts string
+	// Meaning says what breaks the rule.
+	Meaning string
+}
+
+// All lists every invariant in report order. Each count must be 0 in a healthy deployment.
+var All = []Invariant{
+	{DriverRideMismatch, "drivers",
+		"Redis's ride of the driver (his hash) is not his active ride in PostgreSQL (driver_assignments): Redis shows him on a ride and PostgreSQL has him free, or the reverse, or another ride; only once his assignment is older than grace"},
+	{AvailableWhileOnRide, "drivers",
+		"PostgreSQL has the driver on a ride (for longer than grace) and he is in Redis's available GEO set, where match could offer him another ride"},
+	{DriverTwoActiveRides, "drivers",
+		"the driver has two or more ACCEPTED/IN_PROGRESS rides in PostgreSQL (the index rides_one_active_per_driver forbids it)"},
+	{AssignmentRowMismatch, "drivers",
+		"the driver's driver_assignments row disagrees with rides: it names a ride that is not active with him in that status, or he has an active ride his row does not name"},
+	{RideTwoPendingOffers, "rides",
+		"the ride has two or more PENDING offers (the index offers_one_pending_per_ride forbids it)"},
+	{PendingOfferOverdue, "offers",
+		"a PENDING offer whose window closed more than grace ago: its timeout was neither acted on nor repaired"},
+	{RequestedRideIdle, "rides",
+		"a REQUESTED ride nothing touched for grace with no PENDING offer and no retry timer (none armed in Redis, and none that fired less than grace ago): only reconcile can still move it"},
+	{OutboxBacklog, "outbox events",
+		"an outbox row still unpublished more than grace after it was written: its event has not reached the broker"},
+	{RidePositionWrongDriver, "rides",
+		"an ACCEPTED/IN_PROGRESS ride whose live position in Redis names a driver other than the ride's (an empty driver is fine); only rides whose assignment is older than grace"},
+}
+
+// MaxExamples is how many example ids a Result keeps.
+const MaxExamples = 10
+
+// Result is one invariant's finding.
+type Result struct {
+	Name Name `json:"name"`
+	// Count is how many drivers, rides, offers or events break the rule (Invariant.Counts).
+	Count int `json:"count"`
+	// Examples are at most MaxExamples of their ids, sorted; empty when Count is 0.
+	Examples []string `json:"examples"`
+}
+
+// Report is what Check found: one Result per invariant, in the order of All.
+type Report struct {
+	// Grace is the grace Check judged with.
+	Grace time.Duration
+	// Results has one entry per invariant of All, in that order.
+	Results []Result
+}
+
+func newReport(grace time.Duration) Report {
+	r := Report{Grace: grace, Results: make([]Result, len(All))}
+	for i, inv := range All {
+		r.Results[i] = Result{Name: inv.Name, Examples: []string{}}
+	}
+	return r
+}
+
+func (r Report) result(n Name) *Result {
+	for i := range r.Results {
+		if r.Results[i].Name == n {
+			return &r.Results[i]
+		}
+	}
+	return nil
+}
+
+// set records invariant n's finding (Results shares its backing array, so a value receiver
+// writes into the caller's report).
+func (r Report) set(n Name, count int, examples []string) {
+	res := r.result(n)
+	res.Count = count
+	if len(examples) > MaxExamples {
+		examples = examples[:MaxExamples]
+	}
+	res.Examples = append([]string{}, examples...)
+}
+
+// Count returns invariant n's count (0 for a name not in the report).
+func (r Report) Count(n Name) int {
+	if res := r.result(n); res != nil {
+		return res.Count
+	}
+	return 0
+}
+
+// Examples returns invariant n's example ids.
+func (r Report) Examples(n Name) []string {
+	if res := r.result(n); res != nil {
+		return res.Examples
+	}
+	return nil
+}
+
+// Violations is the sum of every count; 0 means every invariant holds.
+func (r Report) Violations() int {
+	n := 0
+	for _, res := range r.Results {
+		n += res.Count
+	}
+	return n
+}
+
+// Counts maps each invariant's summary key ("invariant_<name>") to its count.
+func (r Report) Counts() map[string]int {
+	m := make(map[string]int, len(r.Results))
+	for _, res := range r.Results {
+		m[res.Name.Key()] = res.Count
+	}
+	return m
+}
+
+// MarshalJSON writes {"grace_s": ..., "violations": ..., "invariant_<name>": count, ...,
+// "examples": {"<name>": [ids], ...}}; examples lists only violated invariants.
+func (r Report) MarshalJSON() ([]byte, error) {
+	m := map[string]any{"grace_s": r.Grace.Seconds(), "violations": r.Violations()}
+	ex := map[string][]string{}
+	for _, res := range r.Results {
+		m[res.Name.Key()] = res.Count
+		if res.Count > 0 {
+			ex[string(res.Name)] = res.Examples
+		}
+	}
+	m["examples"] = ex
+	return json.Marshal(m)
+}
+
+// Table prints the report as an aligned table (invariant, count, examples) followed by a verdict
+// line, and returns the first write error.
+func (r Report) Table(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "invariant\tcount\texamples")
+	for _, res := range r.Results {
+		ex := strings.Join(res.Examples, ", ")
+		if res.Count > len(res.Examples) && len(res.Examples) > 0 {
+			ex += fmt.Sprintf(", … (%d more)", res.Count-len(res.Examples))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", res.Name, res.Count, ex)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	verdict := fmt.Sprintf("all %d invariants hold (grace %s)\n", len(r.Results), r.Grace)
+	if n := r.Violations(); n > 0 {
+		verdict = fmt.Sprintf("%d violations (grace %s)\n", n, r.Grace)
+	}
+	_, err := io.WriteString(w, verdict)
+	return err
+}
+
+// Check reads PostgreSQL (db) and Redis (rs) and returns how many drivers, rides, offers and events
+// break each invariant of All, judging anything eventual with grace (≥ 0). It writes nothing. An
+// error (CodeUnavailable when a store cannot be reached, CodeInternal otherwise) means the check did
+// not complete; the report is then the zero Report.
+func Check(ctx context.Context, db *pgstore.DB, rs *redisstore.Store, grace time.Duration) (Report, error) {
+	if grace < 0 {
+		grace = 0
+	}
+	rep := newReport(grace)
+	if err := checkAssignments(ctx, db, rs, grace, rep); err != nil {
+		return Report{}, fmt.Errorf("invariants: assignments: %w", err)
+	}
+	q := db.Pool
+	for _, c := range []struct {
+		name Name
+		run  func() (pgstore.Violations, error)
+	}{
+		{DriverTwoActiveRides, func() (pgstore.Violations, error) { return pgstore.DriversWithTwoActiveRides(ctx, q, MaxExamples) }},
+		{AssignmentRowMismatch, func() (pgstore.Violations, error) { return pgstore.AssignmentRowMismatches(ctx, q, MaxExamples) }},
+		{RideTwoPendingOffers, func() (pgstore.Violations, error) { return pgstore.RidesWithTwoPendingOffers(ctx, q, MaxExamples) }},
+		{PendingOfferOverdue, func() (pgstore.Violations, error) { return pgstore.OverduePendingOffers(ctx, q, grace, MaxExamples) }},
+		{OutboxBacklog, func() (pgstore.Violations, error) { return pgstore.OutboxBacklog(ctx, q, grace, MaxExamples) }},
+	} {
+		v, err := c.run()
+		if err != nil {
+			return Report{}, fmt.Errorf("invariants: %s: %w", c.name, err)
+		}
+		rep.set(c.name, v.Count, v.IDs)
+	}
+	if err := checkIdleRides(ctx, db, rs, grace, rep); err != nil {
+		return Report{}, fmt.Errorf("invariants: %s: %w", RequestedRideIdle, err)
+	}
+	if err := checkRidePositions(ctx, db, rs, grace, rep); err != nil {
+		return Report{}, fmt.Errorf("invariants: %s: %w", RidePositionWrongDriver, err)
+	}
+	return rep, nil
+}
+
+// checkAssignments fills DriverRideMismatch and AvailableWhileOnRide from lifecycle.CheckAssignments
+// (PostgreSQL, then Redis), keeping only the suspects whose PostgreSQL assignment is unchanged when
+// read again afterwards (same epoch, or still no row).
+func checkAssignments(ctx context.Context, db *pgstore.DB, rs *redisstore.Store, grace time.Duration, rep Report) error {
+	checks, err := lifecycle.CheckAssignments(ctx, db.Pool, rs)
+	if err != nil {
+		return err
+	}
+	var suspects []lifecycle.AssignmentCheck
+	var ids []string
+	for _, c := range checks {
+		if c.Settled(grace) && (c.Redis.RideID != c.PG.RideID || (c.PG.RideID != "" && c.Redis.InAvailable)) {
+			suspects, ids = append(suspects, c), append(ids, c.DriverID)
+		}
+	}
+	if len(suspects) == 0 {
+		return nil
+	}
+	fresh, err := pgstore.AssignmentsOf(ctx, db.Pool, ids)
+	if err != nil {
+		return err
+	}
+	var mismatch, available []string
+	for _, c := range suspects { // sorted by driver id, as CheckAssignments returns them
+		row, ok := fresh[c.DriverID]
+		if ok != c.HasRow || (ok && row.Epoch != c.PG.Epoch) {
+			continue // PostgreSQL moved while Redis was read: judged at the next check
+		}
+		if c.Redis.RideID != c.PG.RideID {
+			mismatch = append(mismatch, c.DriverID)
+		}
+		if c.PG.RideID != "" && c.Redis.InAvailable {
+			available = append(available, c.DriverID)
+		}
+	}
+	rep.set(DriverRideMismatch, len(mismatch), mismatch)
+	rep.set(AvailableWhileOnRide, len(available), available)
+	return nil
+}
+
+// checkIdleRides fills RequestedRideIdle: idle REQUESTED rides without a PENDING offer (PostgreSQL),
+// then their retry timers (Redis), then the rides without one read again (still idle).
+func checkIdleRides(ctx context.Context, db *pgstore.DB, rs *redisstore.Store, grace time.Duration, rep Report) error {
+	idle, err := pgstore.IdleRequestedRideIDs(ctx, db.Pool, grace, nil)
+	if err != nil || len(idle) == 0 {
+		return err
+	}
+	now, timers, err := rs.RetryTimers(ctx, idle)
+	if err != nil {
+		return err
+	}
+	var suspects []string
+	for i, t := range timers {
+		recent := !t.Deadline.IsZero() && t.Deadline.After(now.Add(-grace))
+		if !t.Armed && !recent {
+			suspects = append(suspects, idle[i])
+		}
+	}
+	if len(suspects) == 0 {
+		return nil
+	}
+	still, err := pgstore.IdleRequestedRideIDs(ctx, db.Pool, grace, suspects)
+	if err != nil {
+		return err
+	}
+	rep.set(RequestedRideIdle, len(still), still)
+	return nil
+}
+
+// checkRidePositions fills RidePositionWrongDriver: settled active rides (PostgreSQL), the driver
+// their live position names (Redis), then the suspects read again (still active with that driver
+// and settled).
+func checkRidePositions(ctx context.Context, db *pgstore.DB, rs *redisstore.Store, grace time.Duration, rep Report) error {
+	active, err := pgstore.SettledActiveRides(ctx, db.Pool, grace, nil)
+	if err != nil || len(active) == 0 {
+		return err
+	}
+	ids := make([]string, len(active))
+	for i, a := range active {
+		ids[i] = a.RideID
+	}
+	drivers, err := rs.RidePositionDrivers(ctx, ids)
+	if err != nil {
+		return err
+	}
+	shown := map[string]string{}
+	var suspects []string
+	for i, a := range active {
+		if d := drivers[i]; d != "" && d != a.DriverID {
+			shown[a.RideID] = d
+			suspects = append(suspects, a.RideID)
+		}
+	}
+	if len(suspects) == 0 {
+		return nil
+	}
+	fresh, err := pgstore.SettledActiveRides(ctx, db.Pool, grace, suspects)
+	if err != nil {
+		return err
+	}
+	var wrong []string
+	for _, a := range fresh {
+		if shown[a.RideID] != a.DriverID {
+			wrong = append(wrong, a.RideID)
+		}
+	}
+	rep.set(RidePositionWrongDriver, len(wrong), wrong)
+	return nil
+}

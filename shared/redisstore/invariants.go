@@ -1,0 +1,78 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// This file holds the read-only, pipelined reads of `flagdown verify` (package shared/invariants).
+
+// verifyChunk bounds the commands of one pipelined round trip.
+const verifyChunk = 500
+
+// RetryTimer is what Redis holds of one ride's retry timer (P retry:{ride id}).
+type RetryTimer struct {
+	// Armed reports whether the timer key exists.
+	Armed bool
+	// Deadline is the timer's deadline in the deadlines index (Redis's clock), zero when the index
+	// has no entry. An entry whose key is gone is a timer that fired and whose expiry the expiry
+	// source has not published yet.
+	Deadline time.Time
+}
+
+// RetryTimers reads the retry timer of each ride in pipelined round trips, with Redis's clock at
+// the start of the read. Errors are CodeUnavailable.
+func (s *Store) RetryTimers(ctx context.Context, rideIDs []string) (now time.Time, timers []RetryTimer, err error) {
+	now, err = s.rdb.Time(ctx).Result()
+	if err != nil {
+		return time.Time{}, nil, unavailable(err)
+	}
+	timers = make([]RetryTimer, 0, len(rideIDs))
+	for start := 0; start < len(rideIDs); start += verifyChunk {
+		chunk := rideIDs[start:min(start+verifyChunk, len(rideIDs))]
+		pipe := s.rdb.Pipeline()
+		ex := make([]*redis.IntCmd, len(chunk))
+		dl := make([]*redis.FloatCmd, len(chunk))
+		for i, id := range chunk {
+			ex[i] = pipe.Exists(ctx, s.retryKey(id))
+			dl[i] = pipe.ZScore(ctx, s.DeadlinesKey(), s.retryKey(id))
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return time.Time{}, nil, unavailable(err)
+		}
+		for i := range chunk {
+			t := RetryTimer{Armed: ex[i].Val() == 1}
+			if sc, err := dl[i].Result(); err == nil {
+				t.Deadline = time.UnixMilli(int64(math.Round(sc)))
+			}
+			timers = append(timers, t)
+		}
+	}
+	return now, timers, nil
+}
+
+// RidePositionDrivers returns, for each ride, the driver its live position names (P ridepos:{ride
+// id} field driver; "" when there is none or it is a tombstone), in pipelined round trips. Errors
+// are CodeUnavailable.
+func (s *Store) RidePositionDrivers(ctx context.Context, rideIDs []string) ([]string, error) {
+	out := make([]string, 0, len(rideIDs))
+	for start := 0; start < len(rideIDs); start += verifyChunk {
+		chunk := rideIDs[start:min(start+verifyChunk, len(rideIDs))]
+		pipe := s.rdb.Pipeline()
+		cmds := make([]*redis.StringCmd, len(chunk))
+		for i, id := range chunk {
+			cmds[i] = pipe.HGet(ctx, s.ridePosKey(id), "driver")
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, unavailable(err)
+		}
+		for _, c := range cmds {
+			out = append(out, c.Val())
+		}
+	}
+	return out, nil
+}
