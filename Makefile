@@ -9,10 +9,10 @@ GOTEST_FLAGS ?= -race -count=1 -timeout 20m
 BENCH_FLAGS ?= -run '^$$' -bench . -benchmem
 PKGS ?= ./...
 
-export GO GOTEST_FLAGS REPLAY_ARGS SERVICES_ARGS
+export GO GOTEST_FLAGS REPLAY_ARGS SERVICES_ARGS CHAOS_ARGS
 
 .DEFAULT_GOAL := help
-.PHONY: help test demo build services services-down services-env fmt vet bench clean
+.PHONY: help test demo chaos build services services-down services-env fmt vet bench clean
 
 help: ## list the targets
 	@echo "flagdown make targets:"
@@ -25,6 +25,9 @@ test: ## services up, gofmt check, go vet, go test -race; stops the services it 
 
 demo: ## build, services up, migrate, run `flagdown dev` and replay NYC trips against it, then stop everything
 	scripts/demo.sh
+
+chaos: ## build, services up, replay trips while killing/restarting the platform, Redis and the relay; check nothing was lost (CHAOS_ARGS)
+	scripts/chaos.sh
 
 build: ## build bin/flagdown
 	$(GO) build -o bin/flagdown ./cmd/flagdown

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # services.sh — make sure a Redis and a PostgreSQL are available for flagdown, and stop the ones it started.
 #
-#   scripts/services.sh up [--private] [--owner NAME]   find or start Redis + PostgreSQL, write .local/services.env
+#   scripts/services.sh up [--private] [--owner NAME] [--redis-server]
+#                                                       find or start Redis + PostgreSQL, write .local/services.env
 #   scripts/services.sh down [--owner NAME]             stop what `up` started (only NAME's, if given)
 #   scripts/services.sh env                             print .local/services.env
 #   scripts/services.sh status                          show what is recorded in .local/started
@@ -25,6 +26,9 @@
 #   FLAGDOWN_REDIS_PORT, FLAGDOWN_PG_PORT   ports probed in step 1 (point them at unused ports, e.g.
 #                                           6399 / 5499, to simulate a machine without services)
 #   --private                               skip step 1 entirely (also ignores DATABASE_URL / REDIS_URL)
+#   --redis-server                          also make sure the redis-server binary is installed (apt-get, as in
+#                                           3), even when a running Redis is used: the chaos run (`make chaos`,
+#                                           TestChaosShort in `make test`) starts and restarts a Redis of its own
 #   FLAGDOWN_PRIVATE_REDIS_PORT, FLAGDOWN_PRIVATE_PG_PORT   first port tried for private instances
 #   FLAGDOWN_SERVICES_TIMEOUT               seconds to wait for a started service (default 60)
 #   FLAGDOWN_NO_INSTALL=1                   never run apt-get; fail instead
@@ -49,6 +53,7 @@ PG_PRIVATE_PORT="${FLAGDOWN_PRIVATE_PG_PORT:-5439}"
 TIMEOUT="${FLAGDOWN_SERVICES_TIMEOUT:-60}"
 OWNER="${FLAGDOWN_SERVICES_OWNER:-manual}"
 PRIVATE=0
+NEED_REDIS_SERVER=0
 DB_NAME=flagdown
 
 log() { printf 'services: %s\n' "$*" >&2; }
@@ -439,6 +444,10 @@ cmd_up() {
 		fi
 	fi
 	[ -n "$REDIS_URL_OUT" ] || start_private_redis
+	if [ "$NEED_REDIS_SERVER" = 1 ] && ! have redis-server; then
+		log "redis: the chaos run needs the redis-server binary (it starts a Redis of its own)"
+		install_pkgs redis-server
+	fi
 
 	# ---- PostgreSQL
 	db_url=""
@@ -528,7 +537,7 @@ cmd_clean() {
 	log "removed private data directories and .local/services.env"
 }
 
-usage() { sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 [ $# -ge 1 ] || usage
 CMD=$1
@@ -537,6 +546,7 @@ DOWN_OWNER=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--private) PRIVATE=1 ;;
+	--redis-server) NEED_REDIS_SERVER=1 ;;
 	--owner) [ $# -ge 2 ] || usage; OWNER=$2; DOWN_OWNER=$2; shift ;;
 	--owner=*) OWNER=${1#--owner=}; DOWN_OWNER=$OWNER ;;
 	-h | --help) usage ;;

@@ -50,9 +50,10 @@ if [[ " $GOTEST_FLAGS " == *" -race "* ]]; then
 	fi
 fi
 
-step "scripts/services.sh up ${SERVICES_ARGS:-}"
+step "scripts/services.sh up --redis-server ${SERVICES_ARGS:-}"
+# --redis-server: TestChaosShort starts and restarts a redis-server of its own.
 # shellcheck disable=SC2086
-scripts/services.sh up --owner "$OWNER" ${SERVICES_ARGS:-}
+scripts/services.sh up --owner "$OWNER" --redis-server ${SERVICES_ARGS:-}
 # shellcheck disable=SC1091
 . .local/services.env
 log "DATABASE_URL=$DATABASE_URL REDIS_URL=$REDIS_URL NATS_URL=${NATS_URL:-(embedded per test)}"

@@ -24,6 +24,7 @@ import (
 
 func newDevCmd() *cobra.Command {
 	var addr, natsDir string
+	var natsPort int
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the local platform: gateway, broker, triggers, outbox relay, expiry source, reconcile cron",
@@ -43,7 +44,7 @@ and applies migrations on start. Stops gracefully on SIGINT/SIGTERM.`,
 				cfg.Addr = addr
 			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-			p, err := startPlatform(cmd.Context(), cfg, natsDir, log)
+			p, err := startPlatformOn(cmd.Context(), cfg, natsDir, natsPort, log)
 			if err != nil {
 				return err
 			}
@@ -56,6 +57,7 @@ and applies migrations on start. Stops gracefully on SIGINT/SIGTERM.`,
 	}
 	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:8080", "gateway listen address (env FLAGDOWN_ADDR)")
 	cmd.Flags().StringVar(&natsDir, "nats-store", "", "JetStream store folder of the embedded broker (default: a temporary folder)")
+	cmd.Flags().IntVar(&natsPort, "nats-port", 0, "loopback port of the embedded broker (default: a free port)")
 	return cmd
 }
 
@@ -100,6 +102,12 @@ type platform struct {
 // startPlatform opens the dependencies, migrates, starts the broker, the gateway on cfg.Addr, the
 // triggers and the outbox relay. Close stops them in reverse order.
 func startPlatform(ctx context.Context, cfg *config.Config, natsDir string, log *slog.Logger) (*platform, error) {
+	return startPlatformOn(ctx, cfg, natsDir, 0, log)
+}
+
+// startPlatformOn is startPlatform with the embedded broker (when cfg.NATSURL is empty) storing under
+// natsDir (a temporary folder when empty) and listening on 127.0.0.1:natsPort (a free port when 0).
+func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, natsPort int, log *slog.Logger) (*platform, error) {
 	p := &platform{log: log}
 	ok := false
 	defer func() {
@@ -122,7 +130,7 @@ func startPlatform(ctx context.Context, cfg *config.Config, natsDir string, log 
 			}
 			natsDir = p.tmpDir
 		}
-		if p.embedded, p.natsURL, err = broker.StartEmbedded(natsDir, -1); err != nil {
+		if p.embedded, p.natsURL, err = broker.StartEmbedded(natsDir, natsPort); err != nil {
 			return nil, err
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"log/slog"
 	"os"
+	"sync/atomic"
 
 	"github.com/spf13/cobra"
 
@@ -18,7 +19,9 @@ func newRelayCmd() *cobra.Command {
 		Long: `Publishes the events transactions wrote to the outbox table to the Knative Broker at K_SINK, or
 else the NATS JetStream broker at NATS_URL, in commit order per ride, and marks them published. Wakes on LISTEN/NOTIFY with a
 polling fallback (FLAGDOWN_RELAY_POLL_INTERVAL). Several copies may run at once. flagdown dev runs
-one itself; this command is for deployments where the relay is its own Deployment.`,
+one itself; this command is for deployments where the relay is its own Deployment.
+FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH=N (chaos runs only) makes it exit with status 86 after
+its N-th published event, before marking it.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load()
 			if err != nil {
@@ -37,11 +40,29 @@ one itself; this command is for deployments where the relay is its own Deploymen
 			}
 			defer closePublisher()
 			log.Info("outbox relay running", "publish to", target)
-			err = outbox.New(db, publish, outbox.Options{PollInterval: cfg.RelayPollInterval, Log: log}).Run(ctx)
+			opts := outbox.Options{PollInterval: cfg.RelayPollInterval, Log: log}
+			if n := cfg.FaultRelayExitAfterPublish; n > 0 {
+				opts.AfterPublish = exitAfterPublish(n, log)
+			}
+			err = outbox.New(db, publish, opts).Run(ctx)
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		},
+	}
+}
+
+// exitAfterPublish is the relay's FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH hook (chaos runs only): at
+// the n-th published event it exits the process with config.FaultRelayExitStatus before the row is
+// marked, leaving the row to be published again by this or another relay.
+func exitAfterPublish(n int, log *slog.Logger) func() {
+	var published atomic.Int64
+	return func() {
+		if published.Add(1) == int64(n) {
+			log.Warn("fault injection: exiting after publishing, before marking the row published",
+				"published", n, "exit_status", config.FaultRelayExitStatus)
+			os.Exit(config.FaultRelayExitStatus)
+		}
 	}
 }

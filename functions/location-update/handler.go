@@ -28,7 +28,7 @@ type Function struct {
 }
 
 // New returns the function over d.
-func New(d *app.Deps) *Function { return &Function{d: d, now: time.Now} }
+func New(d *app.Deps) *Function { return &Function{d: d, now: d.Config.Now} }
 
 var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
 

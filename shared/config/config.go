@@ -128,6 +128,29 @@ type Config struct {
 	// DriverStateTTL is how long a driver's Redis hash (<prefix>driver:{driver}: position, status,
 	// rating) lives after his last accepted ping; longer than HeartbeatTTL (Validate).
 	DriverStateTTL time.Duration `env:"FLAGDOWN_DRIVER_STATE_TTL" envDefault:"24h"`
+
+	// FaultClockOffset is a fault-injection knob for chaos runs (`flagdown chaos`): it shifts the
+	// host clock of this process where flagdown still reads one (Now), as a machine whose clock is
+	// off would. 0 (the default) in every real deployment.
+	FaultClockOffset time.Duration `env:"FLAGDOWN_FAULT_CLOCK_OFFSET" envDefault:"0s"`
+	// FaultRelayExitAfterPublish is a fault-injection knob for chaos runs, read only by `flagdown
+	// relay`: when N > 0 the relay exits the process with status FaultRelayExitStatus right after
+	// the broker acknowledged its N-th event and before the row is marked published (a crash
+	// between publish and mark). 0 (the default) disables it.
+	FaultRelayExitAfterPublish int `env:"FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH" envDefault:"0"`
+}
+
+// FaultRelayExitStatus is the exit status of a `flagdown relay` stopped by
+// FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH, distinct from the status 1 of an ordinary failure.
+const FaultRelayExitStatus = 86
+
+// Now is the process's host clock shifted by FaultClockOffset (time.Now for a nil Config). Deadlines
+// and windows do not use it: they are Redis's TIME and PostgreSQL's now().
+func (c *Config) Now() time.Time {
+	if c == nil {
+		return time.Now()
+	}
+	return time.Now().Add(c.FaultClockOffset)
 }
 
 // MinRetainProcessedEvents is the shortest FLAGDOWN_RETAIN_PROCESSED_EVENTS Validate accepts. A
@@ -219,6 +242,9 @@ func (c *Config) Validate() error {
 	if c.RetainProcessedEvents < MinRetainProcessedEvents {
 		return fmt.Errorf("config: FLAGDOWN_RETAIN_PROCESSED_EVENTS (%s) must be at least %s: "+
 			"a consumer must still know an event it handled when the event is redelivered", c.RetainProcessedEvents, MinRetainProcessedEvents)
+	}
+	if c.FaultRelayExitAfterPublish < 0 {
+		return fmt.Errorf("config: FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH must be >= 0")
 	}
 	if c.DriverStateTTL <= c.HeartbeatTTL {
 		return fmt.Errorf("config: FLAGDOWN_DRIVER_STATE_TTL (%s) must be longer than FLAGDOWN_HEARTBEAT_TTL (%s)", c.DriverStateTTL, c.HeartbeatTTL)

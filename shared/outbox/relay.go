@@ -50,6 +50,12 @@ type Options struct {
 	Batch int
 	// Log receives a line per failure and reconnect; nil means slog.Default().
 	Log *slog.Logger
+	// AfterPublish is a fault-injection hook for chaos runs, nil in production: it is called after
+	// the broker acknowledged a row's event and before the round marks the row published (possibly
+	// from several goroutines at once). `flagdown relay` sets it from
+	// FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH to exit the process there, the crash the relay's
+	// at-least-once publishing must survive.
+	AfterPublish func()
 }
 
 // Relay publishes outbox rows. Create it with New; it is safe to run several relays, in one process
@@ -61,12 +67,13 @@ type Relay struct {
 	batch   int
 	log     *slog.Logger
 	wake    chan struct{}
+	after   func()
 }
 
 // New returns a relay publishing db's outbox rows with publish.
 func New(db *pgstore.DB, publish func(context.Context, event.Event) error, opts Options) *Relay {
 	r := &Relay{db: db, publish: publish, poll: opts.PollInterval, batch: opts.Batch, log: opts.Log,
-		wake: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), after: opts.AfterPublish}
 	if r.poll <= 0 {
 		r.poll = DefaultPollInterval
 	}
@@ -212,6 +219,9 @@ func (r *Relay) publishRows(ctx context.Context, rows []row) ([]int64, error) {
 					}
 					mu.Unlock()
 					return // keep the key's order: nothing after a failed row goes out this round
+				}
+				if r.after != nil {
+					r.after()
 				}
 				mu.Lock()
 				published = append(published, x.id)

@@ -1,0 +1,541 @@
+// Package chaos is the chaos run of `flagdown chaos` (and of the short chaos test in `make test`): it
+// replays real trips through the HTTP API while a controller, in a bounded loop, breaks the platform
+// underneath, lets it settle, and then checks that nothing was lost and that every invariant holds.
+//
+// Everything runs on 127.0.0.1. The controller starts a private redis-server on a free port (so it
+// can kill its pub/sub connections and restart it), uses the PostgreSQL of Options.DatabaseURL with a
+// fresh schema and its own Redis key prefix, and runs the platform as child processes of the flagdown
+// binary (Options.Binary): `flagdown dev` with a fixed broker store and port (a SIGKILLed broker keeps
+// its stream), a second outbox relay (`flagdown relay`) armed to crash between publishing a row and
+// marking it, and a second expiry source (`flagdown expiry-source`). The replay (package replay) runs
+// in-process against the gateway and counts the HTTP errors it gets while the gateway is down.
+//
+// Faults (see Kinds): SIGKILL and restart of the platform; a restart of the platform with its host
+// clock 2 s ahead or behind (FLAGDOWN_FAULT_CLOCK_OFFSET); SIGKILL and restart of the second expiry
+// source; CLIENT KILL TYPE pubsub on Redis; a Redis restart losing its data (SHUTDOWN NOSAVE) or
+// keeping it (SHUTDOWN SAVE); the second relay exiting after a publish and before the mark
+// (FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH, restarted each time); and events already in the broker's
+// stream published again in shuffled order under new message ids (duplicated and reordered
+// deliveries). Each scheduled kind is injected at least once, in a seeded order, one at a time, every
+// Options.FaultInterval (±50 %), until the trips have been sent or Options.MaxFaults.
+//
+// Then the controller stops injecting, lets the replay drain, keeps the platform running for twice
+// the reconcile interval plus the grace, and checks: invariants.Check reports 0 on every invariant,
+// every ride the replay was given exists in PostgreSQL (rides lost = 0), and every ride is terminal
+// (COMPLETED, CANCELLED, UNMATCHED) or legitimately waiting (REQUESTED with a PENDING offer, a retry
+// timer or a change within the grace; ACCEPTED/IN_PROGRESS with its driver's assignment row).
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flagdown/flagdown/cmd/flagdown/internal/replay"
+	"github.com/flagdown/flagdown/shared/config"
+)
+
+// Kind names a fault; kinds are the keys of Summary.Faults.
+type Kind string
+
+// The faults.
+const (
+	PlatformKill           Kind = "platform_sigkill"
+	PlatformClockOffset    Kind = "platform_clock_offset"
+	ExpirySourceKill       Kind = "expiry_source_sigkill"
+	RedisPubSubKill        Kind = "redis_pubsub_kill"
+	RedisRestartNoSave     Kind = "redis_restart_nosave"
+	RedisRestartSave       Kind = "redis_restart_save"
+	RelayCrashAfterPublish Kind = "relay_crash_after_publish"
+	EventsDupReorder       Kind = "events_duplicated_reordered"
+)
+
+// Kinds lists every fault. All but RelayCrashAfterPublish are scheduled by the controller; that one
+// the second relay injects itself (armed at each start) and the controller counts its exits.
+var Kinds = []Kind{PlatformKill, PlatformClockOffset, ExpirySourceKill, RedisPubSubKill,
+	RedisRestartNoSave, RedisRestartSave, RelayCrashAfterPublish, EventsDupReorder}
+
+// scheduled are the kinds the controller injects.
+var scheduled = []Kind{PlatformKill, PlatformClockOffset, ExpirySourceKill, RedisPubSubKill,
+	RedisRestartNoSave, RedisRestartSave, EventsDupReorder}
+
+// Options configure a chaos run.
+type Options struct {
+	// Binary is the flagdown executable run as the platform's processes.
+	Binary string
+	// RedisServer is the redis-server executable; empty looks it up (FindRedisServer).
+	RedisServer string
+	// DatabaseURL is the PostgreSQL the platform uses; the run creates its own schema there.
+	DatabaseURL string
+	// TripsPath is the trips CSV the replay reads.
+	TripsPath string
+	// Minutes of trips replayed (simulated), Drivers simulated drivers, Speedup simulated seconds
+	// per wall second, Drain simulated time after the last order.
+	Minutes float64
+	Drivers int
+	Speedup float64
+	Drain   time.Duration
+	// FaultInterval is the mean wall time between two faults (each wait is drawn in ±50 %).
+	FaultInterval time.Duration
+	// MaxFaults bounds the scheduled faults and, separately, the relay crashes.
+	MaxFaults int
+	// Seed seeds the replay and the fault schedule.
+	Seed uint64
+	// ReconcileInterval is FLAGDOWN_RECONCILE_INTERVAL of the platform.
+	ReconcileInterval time.Duration
+	// Grace is the grace of the invariant check and of "legitimately waiting".
+	Grace time.Duration
+	// SummaryPath is where the JSON summary is written; empty writes none.
+	SummaryPath string
+	// WorkDir holds the broker store, Redis's files and the process logs; empty makes a temporary
+	// folder, removed after a passing run.
+	WorkDir string
+	// Out receives the controller's progress lines and the summary table.
+	Out io.Writer
+}
+
+// DefaultOptions are the defaults of `flagdown chaos` (a few minutes of trips, a fault every 6 s).
+func DefaultOptions() Options {
+	return Options{
+		DatabaseURL:       "postgres://postgres@127.0.0.1:5432/flagdown?sslmode=disable",
+		TripsPath:         "testdata/trips.csv",
+		Minutes:           16,
+		Drivers:           600,
+		Speedup:           4,
+		Drain:             2 * time.Minute,
+		FaultInterval:     6 * time.Second,
+		MaxFaults:         100,
+		Seed:              1,
+		ReconcileInterval: 5 * time.Second,
+		Grace:             10 * time.Second,
+		SummaryPath:       "chaos-summary.json",
+	}
+}
+
+// FindRedisServer returns the redis-server on PATH or in the usual install folders, or an error
+// saying how to install it.
+func FindRedisServer() (string, error) {
+	if p, err := exec.LookPath("redis-server"); err == nil {
+		return p, nil
+	}
+	for _, p := range []string{"/usr/bin/redis-server", "/usr/sbin/redis-server", "/usr/local/bin/redis-server"} {
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", errors.New("redis-server not found (on PATH, /usr/bin, /usr/sbin, /usr/local/bin): the chaos run " +
+		"starts its own Redis to restart it; install it (apt-get install redis-server, or `scripts/services.sh up --redis-server`)")
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.Binary == "":
+		return errors.New("chaos: no flagdown binary")
+	case o.DatabaseURL == "":
+		return errors.New("chaos: no database URL")
+	case !(o.Minutes > 0) || o.Drivers < 1 || !(o.Speedup > 0) || o.Drain < 0:
+		return errors.New("chaos: minutes, drivers and speedup must be > 0, drain ≥ 0")
+	case o.FaultInterval < 500*time.Millisecond:
+		return errors.New("chaos: fault interval must be ≥ 500ms")
+	case o.MaxFaults < len(scheduled):
+		return fmt.Errorf("chaos: max faults must be ≥ %d (each kind once)", len(scheduled))
+	case o.ReconcileInterval <= 0 || o.Grace < 0:
+		return errors.New("chaos: reconcile interval must be > 0, grace ≥ 0")
+	}
+	return nil
+}
+
+// run is one chaos run's state; everything but the replay goroutine's result is owned by the
+// controller loop.
+type run struct {
+	opts  Options
+	out   io.Writer
+	rng   *rand.Rand
+	dir   string
+	id    string
+	env   []string // environment of every platform process
+	cfg   *config.Config
+	redis *redisServer
+
+	gatewayAddr string
+	natsPort    int
+
+	dev, relay2, expiry2 *proc
+	relayArmed           bool
+	relayCrashes         int
+	devOffset            time.Duration
+
+	sum   *Summary
+	start time.Time
+}
+
+func (r *run) logf(format string, args ...any) {
+	fmt.Fprintf(r.out, "chaos %6.1fs  %s\n", time.Since(r.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// Run performs a chaos run and returns its summary. The error is non-nil when the run could not be
+// carried out or when its checks failed (Summary.Pass false); the summary is written either way
+// once the run got as far as the checks.
+func Run(ctx context.Context, opts Options) (*Summary, error) {
+	if opts.Out == nil {
+		opts.Out = io.Discard
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if opts.RedisServer == "" {
+		p, err := FindRedisServer()
+		if err != nil {
+			return nil, err
+		}
+		opts.RedisServer = p
+	}
+	r := &run{opts: opts, out: opts.Out, rng: rand.New(rand.NewPCG(opts.Seed, 0xc4a05)), start: time.Now()}
+	r.id = strconv.FormatInt(time.Now().UnixNano()%1_000_000_000_000, 36)
+	r.sum = newSummary(opts)
+	keepDir := opts.WorkDir != ""
+	r.dir = opts.WorkDir
+	if r.dir == "" {
+		d, err := os.MkdirTemp("", "flagdown-chaos-")
+		if err != nil {
+			return nil, err
+		}
+		r.dir = d
+	} else if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return nil, err
+	}
+	r.sum.WorkDir = r.dir
+	passed := false
+	defer func() {
+		r.shutdown()
+		if !keepDir && passed {
+			_ = os.RemoveAll(r.dir)
+		} else {
+			fmt.Fprintf(r.out, "chaos: logs and stores kept in %s\n", r.dir)
+		}
+	}()
+	if err := r.setup(ctx); err != nil {
+		return nil, err
+	}
+	err := r.exercise(ctx)
+	if err == nil {
+		err = r.check(ctx)
+	}
+	r.sum.WallSeconds = time.Since(r.start).Seconds()
+	if err != nil && ctx.Err() == nil {
+		r.sum.Failures = append(r.sum.Failures, err.Error())
+	}
+	r.sum.Pass = len(r.sum.Failures) == 0 && err == nil
+	r.sum.WriteTable(r.out)
+	if opts.SummaryPath != "" {
+		if werr := r.sum.WriteJSON(opts.SummaryPath); werr != nil {
+			return r.sum, werr
+		}
+		fmt.Fprintf(r.out, "summary written to %s\n", opts.SummaryPath)
+	}
+	if err != nil {
+		return r.sum, err
+	}
+	if !r.sum.Pass {
+		return r.sum, fmt.Errorf("chaos: %s", strings.Join(r.sum.Failures, "; "))
+	}
+	passed = true
+	r.dropSchema()
+	return r.sum, nil
+}
+
+// setup starts Redis and the platform processes.
+func (r *run) setup(ctx context.Context) error {
+	ports, err := freePorts(3)
+	if err != nil {
+		return err
+	}
+	redisPort, gwPort, natsPort := ports[0], ports[1], ports[2]
+	r.gatewayAddr, r.natsPort = fmt.Sprintf("127.0.0.1:%d", gwPort), natsPort
+	schema := "chaos_" + r.id
+	prefix := "chaos:" + r.id + ":"
+	r.sum.Schema, r.sum.RedisPrefix = schema, prefix
+
+	r.redis = &redisServer{path: r.opts.RedisServer, port: redisPort, dir: filepath.Join(r.dir, "redis")}
+	if err := r.redis.start(ctx); err != nil {
+		return err
+	}
+	r.sum.RedisURL = r.redis.url()
+	vars := map[string]string{
+		"DATABASE_URL":                r.opts.DatabaseURL,
+		"FLAGDOWN_DB_SCHEMA":          schema,
+		"REDIS_URL":                   r.redis.url(),
+		"FLAGDOWN_REDIS_PREFIX":       prefix,
+		"FLAGDOWN_NATS_STREAM":        "FLAGDOWN",
+		"FLAGDOWN_RECONCILE_INTERVAL": r.opts.ReconcileInterval.String(),
+	}
+	if r.cfg, err = config.FromEnv(vars); err != nil {
+		return err
+	}
+	// The children get this process's environment minus anything that would point them elsewhere.
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, set := vars[k]; set || strings.HasPrefix(k, "FLAGDOWN_") || k == "NATS_URL" || k == "K_SINK" {
+			continue
+		}
+		r.env = append(r.env, kv)
+	}
+	for k, v := range vars {
+		r.env = append(r.env, k+"="+v)
+	}
+	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	r.dev = &proc{name: "flagdown dev", path: r.opts.Binary, env: r.env, logPath: filepath.Join(r.dir, "dev.log"),
+		args: []string{"dev", "--addr", r.gatewayAddr, "--nats-store", filepath.Join(r.dir, "nats"), "--nats-port", strconv.Itoa(natsPort)}}
+	r.relay2 = &proc{name: "flagdown relay", path: r.opts.Binary, env: append(append([]string{}, r.env...), "NATS_URL="+natsURL),
+		logPath: filepath.Join(r.dir, "relay.log"), args: []string{"relay"}}
+	r.expiry2 = &proc{name: "flagdown expiry-source", path: r.opts.Binary, env: append(append([]string{}, r.env...), "NATS_URL="+natsURL),
+		logPath: filepath.Join(r.dir, "expiry-source.log"), args: []string{"expiry-source"}}
+
+	r.logf("redis-server on %s, PostgreSQL schema %s, Redis prefix %q, work dir %s", r.redis.url(), schema, prefix, r.dir)
+	if err := r.startDev(ctx, 0); err != nil {
+		return err
+	}
+	if err := r.startRelay(true); err != nil {
+		return err
+	}
+	if err := r.expiry2.start(); err != nil {
+		return err
+	}
+	r.logf("platform ready at http://%s (broker %s); second relay and expiry source started", r.gatewayAddr, natsURL)
+	return nil
+}
+
+// startDev starts `flagdown dev` with the given clock offset and waits until /readyz answers 200.
+func (r *run) startDev(ctx context.Context, offset time.Duration) error {
+	var last error
+	for attempt := 0; attempt < 3; attempt++ {
+		if err := r.dev.start("FLAGDOWN_FAULT_CLOCK_OFFSET=" + offset.String()); err != nil {
+			return err
+		}
+		r.devOffset = offset
+		if last = r.waitReady(ctx, 90*time.Second); last == nil {
+			return nil
+		}
+		r.dev.kill()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r.logf("platform start %d failed: %v; retrying", attempt+1, last)
+	}
+	return fmt.Errorf("chaos: flagdown dev did not become ready (log %s): %w", r.dev.logPath, last)
+}
+
+// waitReady polls GET /readyz until 200, the dev process exits, or timeout.
+func (r *run) waitReady(ctx context.Context, timeout time.Duration) error {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(timeout)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.gatewayAddr+"/readyz", nil)
+		resp, err := hc.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("/readyz answered %d", resp.StatusCode)
+		}
+		if up, _ := r.dev.running(); !up {
+			return fmt.Errorf("flagdown dev exited with status %d", r.dev.exitCode())
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("not ready after %s: %v", timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// startRelay starts the second relay, armed to crash after a random 1..40th publish when armed.
+func (r *run) startRelay(armed bool) error {
+	r.relayArmed = armed && r.relayCrashes < r.opts.MaxFaults
+	extra := []string{}
+	if r.relayArmed {
+		extra = append(extra, "FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH="+strconv.Itoa(1+r.rng.IntN(40)))
+	}
+	return r.relay2.start(extra...)
+}
+
+// exercise runs the replay while injecting faults, then waits for the replay to drain and the
+// platform to settle.
+func (r *run) exercise(ctx context.Context) error {
+	ropts := replay.DefaultOptions()
+	ropts.URL = "http://" + r.gatewayAddr
+	ropts.TripsPath = r.opts.TripsPath
+	ropts.Drivers, ropts.Minutes, ropts.Speedup, ropts.Drain = r.opts.Drivers, r.opts.Minutes, r.opts.Speedup, r.opts.Drain
+	ropts.Seed, ropts.RunID = r.opts.Seed, r.id
+	ropts.SummaryPath, ropts.Progress, ropts.Verify = "", false, false
+	ropts.Concurrency = 16
+	type result struct {
+		sum *replay.Summary
+		err error
+	}
+	replayCtx, cancelReplay := context.WithCancel(ctx)
+	defer cancelReplay()
+	done := make(chan result, 1)
+	go func() {
+		s, err := replay.Run(replayCtx, ropts, io.Discard)
+		done <- result{s, err}
+	}()
+	wallTrips := time.Duration(r.opts.Minutes * float64(time.Minute) / r.opts.Speedup)
+	injectUntil := time.Now().Add(wallTrips)
+	r.logf("replaying %g min of trips with %d drivers at %gx (%s wall), injecting faults until then every ~%s",
+		r.opts.Minutes, r.opts.Drivers, r.opts.Speedup, wallTrips.Round(time.Second), r.opts.FaultInterval)
+
+	plan := append([]Kind{}, scheduled...)
+	r.rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
+	next := time.Now().Add(r.wait())
+	injected := 0
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	var res result
+	replayDone := false
+	injecting := true
+	for !replayDone {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case res = <-done:
+			replayDone = true
+			continue
+		case <-tick.C:
+		}
+		if err := r.supervise(ctx); err != nil {
+			return err
+		}
+		now := time.Now()
+		if injecting && ((now.After(injectUntil) && r.everyKindInjected()) || injected >= r.opts.MaxFaults) {
+			injecting = false
+			r.logf("injection over after %d scheduled faults; disarming the second relay, letting the replay drain", injected)
+			r.relay2.stop()
+			if err := r.startRelay(false); err != nil {
+				return err
+			}
+		}
+		if !injecting || now.Before(next) {
+			continue
+		}
+		// First every kind once in a seeded order (a kind that could not be injected goes to the
+		// back of that queue), then kinds at random.
+		var k Kind
+		if len(plan) > 0 {
+			k, plan = plan[0], plan[1:]
+		} else {
+			k = scheduled[r.rng.IntN(len(scheduled))]
+		}
+		injected++
+		if err := r.inject(ctx, k); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r.sum.FaultsFailed[string(k)]++
+			r.logf("fault %s could not be injected: %v", k, err)
+			if r.sum.Faults[string(k)] == 0 {
+				plan = append(plan, k)
+			}
+		}
+		next = time.Now().Add(r.wait())
+	}
+	if res.err != nil {
+		return fmt.Errorf("chaos: replay: %w", res.err)
+	}
+	r.sum.takeReplay(res.sum)
+	settle := 2*r.opts.ReconcileInterval + r.opts.Grace + 2*time.Second
+	r.logf("replay done (%d rides requested); settling %s (2 × reconcile interval + grace + 2 s)", r.sum.RidesRequested, settle)
+	deadline := time.Now().Add(settle)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		if err := r.supervise(ctx); err != nil {
+			return err
+		}
+	}
+	r.sum.SettleSeconds = settle.Seconds()
+	return nil
+}
+
+// everyKindInjected reports whether every scheduled kind was injected at least once.
+func (r *run) everyKindInjected() bool {
+	for _, k := range scheduled {
+		if r.sum.Faults[string(k)] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// wait draws the time to the next fault: FaultInterval ± 50 %.
+func (r *run) wait() time.Duration {
+	f := r.opts.FaultInterval
+	return f/2 + time.Duration(r.rng.Int64N(int64(f)))
+}
+
+// supervise restarts processes that exited: the second relay (counting its fault exits), the
+// second expiry source, and the platform or Redis when they died without being told to.
+func (r *run) supervise(ctx context.Context) error {
+	if up, _ := r.redis.proc.running(); !up {
+		r.sum.UnexpectedExits["redis-server"]++
+		r.logf("redis-server exited unexpectedly (status %d); restarting it", r.redis.proc.exitCode())
+		if err := r.redis.start(ctx); err != nil {
+			return err
+		}
+	}
+	if up, _ := r.dev.running(); !up {
+		r.sum.UnexpectedExits["flagdown dev"]++
+		r.logf("flagdown dev exited unexpectedly (status %d); restarting it", r.dev.exitCode())
+		if err := r.startDev(ctx, r.devOffset); err != nil {
+			return err
+		}
+	}
+	if up, _ := r.relay2.running(); !up {
+		code := r.relay2.exitCode()
+		if code == config.FaultRelayExitStatus && r.relayArmed {
+			r.relayCrashes++
+			r.sum.Faults[string(RelayCrashAfterPublish)]++
+		} else {
+			r.sum.UnexpectedExits["flagdown relay"]++
+			r.logf("second relay exited with status %d; restarting it", code)
+		}
+		if err := r.startRelay(r.relayArmed); err != nil {
+			return err
+		}
+	}
+	if up, _ := r.expiry2.running(); !up {
+		r.sum.UnexpectedExits["flagdown expiry-source"]++
+		r.logf("second expiry source exited with status %d; restarting it", r.expiry2.exitCode())
+		if err := r.expiry2.start(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shutdown stops every process the run started.
+func (r *run) shutdown() {
+	for _, p := range []*proc{r.relay2, r.expiry2, r.dev} {
+		if p != nil {
+			p.stop()
+		}
+	}
+	if r.redis != nil {
+		r.redis.stop()
+	}
+}

@@ -1,0 +1,311 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flagdown/flagdown/cmd/flagdown/internal/replay"
+	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/invariants"
+)
+
+// maxExamples is how many example ride ids the summary keeps per finding.
+const maxExamples = 10
+
+// Summary is what a chaos run injected, lost and found; it is written as JSON to
+// Options.SummaryPath and printed as a table.
+type Summary struct {
+	// Pass is true when the run completed, no ride was lost or stuck, and every invariant holds.
+	Pass bool `json:"pass"`
+	// Failures says why Pass is false (empty when it is true).
+	Failures []string `json:"failures"`
+	// Faults counts the faults injected, per Kind (every kind is present).
+	Faults map[string]int `json:"faults"`
+	// FaultsTotal is the sum of Faults.
+	FaultsTotal int `json:"faults_total"`
+	// FaultsFailed counts scheduled faults that could not be injected (e.g. no pub/sub connection
+	// open at that instant), per kind.
+	FaultsFailed map[string]int `json:"faults_failed"`
+	// ClockOffsets lists the clock offsets the platform ran with after each PlatformClockOffset.
+	ClockOffsets []string `json:"clock_offsets"`
+	// EventsRepublished is how many events the EventsDupReorder faults published a second time.
+	EventsRepublished int `json:"events_republished"`
+	// UnexpectedExits counts exits of processes the controller did not cause (the second relay's
+	// exits other than its armed fault, e.g. while the broker was down), per process.
+	UnexpectedExits map[string]int `json:"unexpected_exits"`
+
+	// ClientHTTPErrors is how many replay requests failed without an answer or with a 5xx (the
+	// platform was down or restarting): the client-side cost of the downtime, not a loss.
+	ClientHTTPErrors int `json:"client_http_errors"`
+	// ClientHTTPErrorsByEndpoint splits ClientHTTPErrors by endpoint.
+	ClientHTTPErrorsByEndpoint map[string]int `json:"client_http_errors_by_endpoint"`
+	// RidesRequested is how many rides the platform accepted (order-create answered 2xx with a ride id).
+	RidesRequested int `json:"rides_requested"`
+	// RidesMatched and RidesCompleted are the replay's figures (see replay.Summary).
+	RidesMatched   int `json:"rides_matched"`
+	RidesCompleted int `json:"rides_completed"`
+	// RidesLost is how many of the requested rides are not in PostgreSQL at the end (must be 0).
+	RidesLost int `json:"rides_lost"`
+	// RidesLostExamples are some of their ids.
+	RidesLostExamples []string `json:"rides_lost_examples"`
+	// RidesStuck is how many requested rides are neither terminal nor legitimately waiting (must be 0).
+	RidesStuck int `json:"rides_stuck"`
+	// RidesStuckExamples are some of them, "id status".
+	RidesStuckExamples []string `json:"rides_stuck_examples"`
+	// RidesWaiting is how many requested rides are legitimately waiting (not terminal) at the end.
+	RidesWaiting int `json:"rides_waiting"`
+	// RideStatuses counts the requested rides by final status in PostgreSQL.
+	RideStatuses map[string]int `json:"ride_statuses"`
+	// PlatformRides is how many rides PostgreSQL holds in the run's schema (the requested ones plus
+	// orders the platform committed while the client did not get the answer).
+	PlatformRides int `json:"platform_rides"`
+
+	// VerifyRan is true when invariants.Check ran.
+	VerifyRan bool `json:"verify_ran"`
+	// Invariants maps "invariant_<name>" to its count (all must be 0).
+	Invariants map[string]int `json:"invariants"`
+	// InvariantExamples maps each violated invariant to example ids.
+	InvariantExamples map[string][]string `json:"invariant_examples"`
+	// Violations is the sum of the invariant counts.
+	Violations int `json:"violations"`
+
+	// The run's settings.
+	Minutes           float64 `json:"minutes"`
+	Drivers           int     `json:"drivers"`
+	Speedup           float64 `json:"speedup"`
+	FaultIntervalS    float64 `json:"fault_interval_s"`
+	Seed              uint64  `json:"seed"`
+	ReconcileInterval string  `json:"reconcile_interval"`
+	GraceS            float64 `json:"grace_s"`
+	Schema            string  `json:"schema"`
+	RedisPrefix       string  `json:"redis_prefix"`
+	RedisURL          string  `json:"redis_url"`
+	WorkDir           string  `json:"work_dir"`
+	// SettleSeconds is how long the platform ran after the replay before the check.
+	SettleSeconds float64 `json:"settle_seconds"`
+	// WallSeconds is the whole run's wall time.
+	WallSeconds float64 `json:"wall_seconds"`
+
+	rideIDs []string
+}
+
+func newSummary(o Options) *Summary {
+	s := &Summary{Faults: map[string]int{}, FaultsFailed: map[string]int{}, UnexpectedExits: map[string]int{},
+		ClockOffsets: []string{}, ClientHTTPErrorsByEndpoint: map[string]int{}, RidesLostExamples: []string{},
+		RidesStuckExamples: []string{}, RideStatuses: map[string]int{}, Invariants: map[string]int{},
+		InvariantExamples: map[string][]string{}, Failures: []string{},
+		Minutes: o.Minutes, Drivers: o.Drivers, Speedup: o.Speedup, FaultIntervalS: o.FaultInterval.Seconds(),
+		Seed: o.Seed, ReconcileInterval: o.ReconcileInterval.String(), GraceS: o.Grace.Seconds()}
+	for _, k := range Kinds {
+		s.Faults[string(k)] = 0
+	}
+	return s
+}
+
+// takeReplay records the replay's figures.
+func (s *Summary) takeReplay(rs *replay.Summary) {
+	s.RidesRequested, s.RidesMatched, s.RidesCompleted = rs.RidesRequested, rs.RidesMatched, rs.RidesCompleted
+	for ep, n := range rs.HTTPErrors {
+		s.ClientHTTPErrorsByEndpoint[ep] += n
+		s.ClientHTTPErrors += n
+	}
+	s.rideIDs = append([]string{}, rs.RideIDs...)
+}
+
+// check runs the end-of-run checks against the run's PostgreSQL schema and Redis prefix.
+func (r *run) check(ctx context.Context) error {
+	for _, k := range Kinds {
+		r.sum.FaultsTotal += r.sum.Faults[string(k)]
+		if r.sum.Faults[string(k)] == 0 {
+			r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("fault %s was never injected", k))
+		}
+	}
+	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	d, err := app.Open(octx, r.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("chaos: open the stores for the check: %w", err)
+	}
+	defer d.Close()
+	rep, err := invariants.Check(ctx, d.DB, d.Redis, r.opts.Grace)
+	if err != nil {
+		return fmt.Errorf("chaos: invariants: %w", err)
+	}
+	r.sum.VerifyRan, r.sum.Violations = true, rep.Violations()
+	for _, res := range rep.Results {
+		r.sum.Invariants[res.Name.Key()] = res.Count
+		if res.Count > 0 {
+			r.sum.InvariantExamples[string(res.Name)] = res.Examples
+			r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("%s = %d", res.Name.Key(), res.Count))
+		}
+	}
+	if err := d.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM rides`).Scan(&r.sum.PlatformRides); err != nil {
+		return fmt.Errorf("chaos: count rides: %w", err)
+	}
+
+	type rideRow struct {
+		id, status            string
+		pending, recent, held bool
+	}
+	rows, err := d.DB.Pool.Query(ctx, `SELECT r.id::text, r.status::text,
+		  EXISTS (SELECT 1 FROM offers o WHERE o.ride_id = r.id AND o.status = 'PENDING'),
+		  r.updated_at > now() - $2 * interval '1 millisecond',
+		  EXISTS (SELECT 1 FROM driver_assignments a WHERE a.driver_id = r.driver_id AND a.ride_id = r.id
+		          AND a.ride_status = r.status::text)
+		FROM rides r WHERE r.id::text = ANY($1)`, r.sum.rideIDs, r.opts.Grace.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("chaos: read rides: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (rideRow, error) {
+		var x rideRow
+		err := row.Scan(&x.id, &x.status, &x.pending, &x.recent, &x.held)
+		return x, err
+	})
+	if err != nil {
+		return fmt.Errorf("chaos: read rides: %w", err)
+	}
+	byID := make(map[string]rideRow, len(found))
+	var requested []string
+	for _, x := range found {
+		byID[x.id] = x
+		if x.status == "REQUESTED" && !x.pending && !x.recent {
+			requested = append(requested, x.id)
+		}
+	}
+	armed := map[string]bool{}
+	if len(requested) > 0 {
+		now, timers, err := d.Redis.RetryTimers(ctx, requested)
+		if err != nil {
+			return fmt.Errorf("chaos: read retry timers: %w", err)
+		}
+		for i, t := range timers {
+			armed[requested[i]] = t.Armed || (!t.Deadline.IsZero() && t.Deadline.After(now.Add(-r.opts.Grace)))
+		}
+	}
+	ids := append([]string{}, r.sum.rideIDs...)
+	sort.Strings(ids)
+	for _, id := range ids {
+		x, ok := byID[id]
+		if !ok {
+			r.sum.RidesLost++
+			if len(r.sum.RidesLostExamples) < maxExamples {
+				r.sum.RidesLostExamples = append(r.sum.RidesLostExamples, id)
+			}
+			continue
+		}
+		r.sum.RideStatuses[x.status]++
+		var ok2 bool
+		switch x.status {
+		case "COMPLETED", "CANCELLED", "UNMATCHED":
+			continue
+		case "REQUESTED":
+			ok2 = x.pending || x.recent || armed[id]
+		case "ACCEPTED", "IN_PROGRESS":
+			ok2 = x.held
+		}
+		if ok2 {
+			r.sum.RidesWaiting++
+			continue
+		}
+		r.sum.RidesStuck++
+		if len(r.sum.RidesStuckExamples) < maxExamples {
+			r.sum.RidesStuckExamples = append(r.sum.RidesStuckExamples, id+" "+x.status)
+		}
+	}
+	if r.sum.RidesRequested == 0 {
+		r.sum.Failures = append(r.sum.Failures, "the replay requested no ride")
+	}
+	if r.sum.RidesLost > 0 {
+		r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("rides lost = %d", r.sum.RidesLost))
+	}
+	if r.sum.RidesStuck > 0 {
+		r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("rides stuck = %d", r.sum.RidesStuck))
+	}
+	return nil
+}
+
+// dropSchema removes the run's PostgreSQL schema (after a passing run).
+func (r *run) dropSchema() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, r.opts.DatabaseURL)
+	if err != nil {
+		return
+	}
+	defer conn.Close(ctx)
+	_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{r.sum.Schema}.Sanitize()+" CASCADE")
+}
+
+// WriteJSON writes s as indented JSON to path.
+func (s *Summary) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// WriteTable prints s as an aligned table: faults per kind, client errors, rides, invariants and
+// the verdict.
+func (s *Summary) WriteTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
+	fmt.Fprintln(tw, "\nchaos run\t")
+	for _, k := range Kinds {
+		extra := ""
+		if n := s.FaultsFailed[string(k)]; n > 0 {
+			extra = fmt.Sprintf("  (%d not injectable)", n)
+		}
+		if k == EventsDupReorder {
+			extra += fmt.Sprintf("  (%d events)", s.EventsRepublished)
+		}
+		if k == PlatformClockOffset && len(s.ClockOffsets) > 0 {
+			extra += "  (" + strings.Join(s.ClockOffsets, ", ") + ")"
+		}
+		row("fault "+string(k), "%d%s", s.Faults[string(k)], extra)
+	}
+	row("faults total", "%d", s.FaultsTotal)
+	if len(s.UnexpectedExits) > 0 {
+		row("other process exits", "%v", s.UnexpectedExits)
+	}
+	row("client HTTP errors", "%d %v", s.ClientHTTPErrors, s.ClientHTTPErrorsByEndpoint)
+	row("rides requested / matched / completed", "%d / %d / %d", s.RidesRequested, s.RidesMatched, s.RidesCompleted)
+	row("rides in PostgreSQL", "%d", s.PlatformRides)
+	row("ride statuses", "%v", s.RideStatuses)
+	row("rides waiting (legitimately)", "%d", s.RidesWaiting)
+	row("rides lost", "%d %s", s.RidesLost, strings.Join(s.RidesLostExamples, ", "))
+	row("rides stuck", "%d %s", s.RidesStuck, strings.Join(s.RidesStuckExamples, ", "))
+	if s.VerifyRan {
+		names := make([]string, 0, len(s.Invariants))
+		for k := range s.Invariants {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			ex := ""
+			if e := s.InvariantExamples[strings.TrimPrefix(k, "invariant_")]; len(e) > 0 {
+				ex = "  e.g. " + strings.Join(e, ", ")
+			}
+			row(k, "%d%s", s.Invariants[k], ex)
+		}
+	} else {
+		row("invariants", "NOT CHECKED")
+	}
+	row("settle / wall time", "%.0f s / %.0f s", s.SettleSeconds, s.WallSeconds)
+	verdict := "PASS"
+	if !s.Pass {
+		verdict = "FAIL: " + strings.Join(s.Failures, "; ")
+	}
+	row("verdict", "%s", verdict)
+	tw.Flush()
+}
