@@ -14,7 +14,7 @@
 // clock 2 s ahead or behind (FLAGDOWN_FAULT_CLOCK_OFFSET); SIGKILL and restart of the second expiry
 // source; CLIENT KILL TYPE pubsub on Redis; a Redis restart losing its data (SHUTDOWN NOSAVE) or
 // keeping it (SHUTDOWN SAVE); the second relay exiting after a publish and before the mark
-// (FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH, restarted each time); and events already in the broker's
+// (FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH, restarted about a fault interval later, armed again); and events already in the broker's
 // stream published again in shuffled order under new message ids (duplicated and reordered
 // deliveries). Each scheduled kind is injected at least once, in a seeded order, one at a time, every
 // Options.FaultInterval (±50 %), until the trips have been sent or Options.MaxFaults.
@@ -171,6 +171,7 @@ type run struct {
 
 	dev, relay2, expiry2 *proc
 	relayArmed           bool
+	relayRestartAt       time.Time // when to restart the exited second relay (zero: not pending)
 	relayCrashes         int
 	devOffset            time.Duration
 
@@ -423,6 +424,7 @@ func (r *run) exercise(ctx context.Context) error {
 			injecting = false
 			r.logf("injection over after %d scheduled faults; disarming the second relay, letting the replay drain", injected)
 			r.relay2.stop()
+			r.relayRestartAt = time.Time{}
 			if err := r.startRelay(false); err != nil {
 				return err
 			}
@@ -505,15 +507,22 @@ func (r *run) supervise(ctx context.Context) error {
 			return err
 		}
 	}
-	if up, _ := r.relay2.running(); !up {
+	if up, _ := r.relay2.running(); !up && r.relayRestartAt.IsZero() {
+		// A crashed relay stays down for about a fault interval (one relay meanwhile), so its
+		// crashes stay about as frequent as the other faults.
 		code := r.relay2.exitCode()
+		r.relayRestartAt = time.Now().Add(r.wait())
 		if code == config.FaultRelayExitStatus && r.relayArmed {
 			r.relayCrashes++
 			r.sum.Faults[string(RelayCrashAfterPublish)]++
 		} else {
 			r.sum.UnexpectedExits["flagdown relay"]++
 			r.logf("second relay exited with status %d; restarting it", code)
+			r.relayRestartAt = time.Now().Add(time.Second)
 		}
+	}
+	if !r.relayRestartAt.IsZero() && time.Now().After(r.relayRestartAt) {
+		r.relayRestartAt = time.Time{}
 		if err := r.startRelay(r.relayArmed); err != nil {
 			return err
 		}
