@@ -5,12 +5,13 @@
 // repairs, through lifecycle.Service like every other state change:
 //
 //	offers_expired          PENDING offers past their window (+ grace) → offer timed out, ride matched again
-//	drivers_offline         available-set members without a heartbeat → offline
+//	drivers_offline         available-set members whose heartbeat expired more than the grace ago → offline
 //	assignments_repaired    drivers on whom Redis and PostgreSQL disagree, in both directions: PostgreSQL
 //	                        says free but Redis says on a ride (and shows him on its live position), or
 //	                        PostgreSQL says on a ride but Redis says free, on another ride or available →
 //	                        Redis gets PostgreSQL's assignment, compare-and-set on its epoch
-//	active_drivers_offline  drivers on a ride without a heartbeat → offline handling (ride re-opened or alert)
+//	active_drivers_offline  drivers on a ride whose heartbeat expired more than the grace ago → offline
+//	                        handling (ride re-opened or alert)
 //	rides_retried           REQUESTED rides with no live offer, no retry timer, untouched for the grace → matched again
 //	outbox_unpublished      outbox rows older than the grace still unpublished → relays woken
 //	pruned_*                processed events, published outbox rows and decided offers past their retention
@@ -131,12 +132,12 @@ func (f *Function) offlineWithoutHeartbeat(ctx context.Context, rep *Report) err
 		if err != nil {
 			return err
 		}
-		alive, err := f.d.Redis.Heartbeats(ctx, ids)
+		gone, err := f.d.Redis.HeartbeatsGone(ctx, ids, f.d.Config.ReconcileGrace)
 		if err != nil {
 			return err
 		}
 		for i, id := range ids {
-			if alive[i] {
+			if !gone[i] {
 				continue
 			}
 			out, err := f.lc.DriverOffline(ctx, id, "reconcile", nil)
@@ -174,12 +175,12 @@ func (f *Function) activeWithoutHeartbeat(ctx context.Context, rep *Report) erro
 		for i, a := range chunk {
 			ids[i] = a.DriverID
 		}
-		alive, err := f.d.Redis.Heartbeats(ctx, ids)
+		gone, err := f.d.Redis.HeartbeatsGone(ctx, ids, f.d.Config.ReconcileGrace)
 		if err != nil {
 			return err
 		}
 		for i, a := range chunk {
-			if alive[i] || a.Age < f.d.Config.ReconcileGrace {
+			if !gone[i] {
 				continue
 			}
 			out, err := f.lc.DriverOffline(ctx, a.DriverID, "reconcile", nil)

@@ -92,7 +92,7 @@ func TestReconcileRepairsWhatLostExpiriesLeftBehind(t *testing.T) {
 	ghosts := []string{"d-ghost-1", "d-ghost-2"}
 	for i, d := range ghosts {
 		env.Ping(t, d, fntest.Offset(pickup, -3000-100*float64(i), 0))
-		env.DeleteKey(t, "hb:"+d)
+		env.ExpireHeartbeat(t, d)
 	}
 	// An event a relay never published.
 	env.InsertOutboxRow(t, events.RideRequested, "planted", time.Minute)
@@ -104,7 +104,7 @@ func TestReconcileRepairsWhatLostExpiriesLeftBehind(t *testing.T) {
 	if err := rdb.HSet(ctx, env.Key("driver:d-avail"), "status", "available").Err(); err != nil {
 		t.Fatal(err)
 	}
-	env.DeleteKey(t, "hb:d-lost")
+	env.ExpireHeartbeat(t, "d-lost")
 
 	fntest.Eventually(t, wait, "d-slow's offer is overdue by more than the grace", func() bool {
 		return env.Count(t, `SELECT count(*) FROM offers WHERE id = $1 AND expires_at < now() - $2 * interval '1 millisecond'`,

@@ -40,16 +40,6 @@ func PendingOffer(ctx context.Context, q Querier, rideID string) (*dispatch.Offe
 	return o, pgErr(err)
 }
 
-// LatestOffer returns the newest offer of rideID to driverID, or nil.
-func LatestOffer(ctx context.Context, q Querier, rideID, driverID string) (*dispatch.Offer, error) {
-	o, err := scanOffer(q.QueryRow(ctx, `SELECT `+offerCols+` FROM offers WHERE ride_id = $1 AND driver_id = $2
-		ORDER BY created_at DESC LIMIT 1`, rideID, driverID))
-	if IsNoRows(err) {
-		return nil, nil
-	}
-	return o, pgErr(err)
-}
-
 // LatestOfferForUpdate returns the newest offer of rideID to driverID locked for update (nil when
 // none) and PostgreSQL's now (the one clock offer windows are judged by). Lock the ride row first.
 func LatestOfferForUpdate(ctx context.Context, tx pgx.Tx, rideID, driverID string) (*dispatch.Offer, time.Time, error) {

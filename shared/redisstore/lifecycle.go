@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -88,42 +89,40 @@ func (s *Store) ScanAvailable(ctx context.Context, cursor uint64, count int64) (
 	return ids, next, nil
 }
 
-// Heartbeats reports, for each driver, whether his heartbeat key exists (one MGET).
-func (s *Store) Heartbeats(ctx context.Context, ids []string) ([]bool, error) {
+// heartbeatGoneScript tells, for each driver, whether his heartbeat is gone since more than grace
+// (by Redis's clock, from the heartbeat deadline the ping script keeps in field hbdl; a driver
+// without that field counts as gone long ago). KEYS: pairs of heartbeat, driver hash. ARGV: grace ms.
+var heartbeatGoneScript = redis.NewScript(redisNowMs + `
+local out = {}
+for i = 1, #KEYS, 2 do
+  local gone = 0
+  if redis.call('EXISTS', KEYS[i]) == 0 then
+    local dl = tonumber(redis.call('HGET', KEYS[i+1], 'hbdl') or '0')
+    if dl + tonumber(ARGV[1]) < now then gone = 1 end
+  end
+  out[#out+1] = gone
+end
+return out
+`)
+
+// HeartbeatsGone reports, for each driver, whether his heartbeat expired more than grace ago (by
+// Redis's clock): a repair that waits that long does not race the expiry source, which acts within
+// a sweep interval of the deadline. Errors are CodeUnavailable.
+func (s *Store) HeartbeatsGone(ctx context.Context, ids []string, grace time.Duration) ([]bool, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	keys := make([]string, len(ids))
-	for i, id := range ids {
-		keys[i] = s.hbKey(id)
+	keys := make([]string, 0, 2*len(ids))
+	for _, id := range ids {
+		keys = append(keys, s.hbKey(id), s.driverKey(id))
 	}
-	vals, err := s.rdb.MGet(ctx, keys...).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	vals, err := heartbeatGoneScript.Run(ctx, s.rdb, keys, grace.Milliseconds()).Int64Slice()
+	if err != nil {
 		return nil, unavailable(err)
 	}
 	out := make([]bool, len(ids))
 	for i, v := range vals {
-		out[i] = v != nil
-	}
-	return out, nil
-}
-
-// InAvailable reports, for each driver, whether he is a member of the available set (pipelined).
-func (s *Store) InAvailable(ctx context.Context, ids []string) ([]bool, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.FloatCmd, len(ids))
-	for i, id := range ids {
-		cmds[i] = pipe.ZScore(ctx, s.geoKey(), id)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, unavailable(err)
-	}
-	out := make([]bool, len(ids))
-	for i, c := range cmds {
-		out[i] = c.Err() == nil
+		out[i] = v == 1
 	}
 	return out, nil
 }

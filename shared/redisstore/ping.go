@@ -63,6 +63,7 @@ local ride = cur[5] or ''
 local offer = redis.call('GET', KEYS[4])
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[8])
 redis.call('ZADD', KEYS[5], now + tonumber(ARGV[8]), KEYS[2])
+redis.call('HSET', KEYS[1], 'hbdl', now + tonumber(ARGV[8]))
 if lastTs and ts <= lastTs then
   redis.call('PEXPIRE', KEYS[1], ARGV[13])
   return {0, 'stale', status, offer or ''}

@@ -8,7 +8,8 @@
 //	                     last ping), heading, speed, ride (active ride id), epoch (assignment epoch of
 //	                     ride, from PostgreSQL), since (ms available since), rating, missed / missed_at
 //	                     (offers let expire), resume (status to restore when a driver on a ride comes
-//	                     back online); expires DriverStateTTL after the last ping
+//	                     back online), hbdl (ms, Redis's clock, when his heartbeat expires);
+//	                     expires DriverStateTTL after the last ping
 //	P hb:{id}            heartbeat, value = ping time ms, TTL = heartbeat TTL
 //	P geo:available      GEO set of available drivers (member = driver id; Redis stores lng, lat)
 //	P onride             set of the drivers whose hash holds a ride (reconcile and verify read it)

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 
@@ -82,13 +81,4 @@ func (s *Store) ClearRetryTimer(ctx context.Context, rideID string) error {
 	pipe.ZRem(ctx, s.DeadlinesKey(), s.retryKey(rideID))
 	_, err := pipe.Exec(ctx)
 	return unavailable(err)
-}
-
-// HeartbeatAlive reports whether driverID's heartbeat key exists.
-func (s *Store) HeartbeatAlive(ctx context.Context, driverID string) (bool, error) {
-	n, err := s.rdb.Exists(ctx, s.hbKey(driverID)).Result()
-	if errors.Is(err, redis.Nil) {
-		return false, nil
-	}
-	return n == 1, unavailable(err)
 }

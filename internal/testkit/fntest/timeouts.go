@@ -74,6 +74,25 @@ func (e *Env) DeleteKey(t testing.TB, name string) {
 	}
 }
 
+// ExpireHeartbeat makes driverID's heartbeat expire as if its deadline passed a minute ago: the
+// heartbeat key is deleted (without notifying anybody) and the deadline the ping script keeps in
+// his hash (hbdl, Redis's clock) is moved into the past, so reconcile's grace has passed too.
+func (e *Env) ExpireHeartbeat(t testing.TB, driverID string) {
+	t.Helper()
+	ctx := context.Background()
+	rdb := e.D.Redis.Client()
+	if err := rdb.Del(ctx, e.Key("hb:"+driverID)).Err(); err != nil {
+		t.Fatalf("del hb:%s: %v", driverID, err)
+	}
+	tm, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatalf("redis TIME: %v", err)
+	}
+	if err := rdb.HSet(ctx, e.Key("driver:"+driverID), "hbdl", tm.Add(-time.Minute).UnixMilli()).Err(); err != nil {
+		t.Fatalf("hset hbdl: %v", err)
+	}
+}
+
 // KeyExists reports whether the key name exists under this test's prefix.
 func (e *Env) KeyExists(t testing.TB, name string) bool {
 	t.Helper()
