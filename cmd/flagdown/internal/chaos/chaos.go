@@ -23,7 +23,8 @@
 // the reconcile interval plus the grace, and checks: invariants.Check reports 0 on every invariant,
 // every ride the replay was given exists in PostgreSQL (rides lost = 0), and every ride is terminal
 // (COMPLETED, CANCELLED, UNMATCHED) or legitimately waiting (REQUESTED with a PENDING offer, a retry
-// timer or a change within the grace; ACCEPTED/IN_PROGRESS with its driver's assignment row).
+// timer or a change within the grace; ACCEPTED/IN_PROGRESS with its driver's assignment row); a ride
+// that looks stuck is judged again 5 s later and counts as stuck only if it is still so, unchanged.
 package chaos
 
 import (

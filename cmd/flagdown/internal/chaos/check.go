@@ -58,7 +58,8 @@ type Summary struct {
 	RidesLost int `json:"rides_lost"`
 	// RidesLostExamples are some of their ids.
 	RidesLostExamples []string `json:"rides_lost_examples"`
-	// RidesStuck is how many requested rides are neither terminal nor legitimately waiting (must be 0).
+	// RidesStuck is how many requested rides are neither terminal nor legitimately waiting, and still
+	// so, unchanged, when judged again recheckAfter later (must be 0).
 	RidesStuck int `json:"rides_stuck"`
 	// RidesStuckExamples are some of them, "id status".
 	RidesStuckExamples []string `json:"rides_stuck_examples"`
@@ -153,49 +154,34 @@ func (r *run) check(ctx context.Context) error {
 		return fmt.Errorf("chaos: count rides: %w", err)
 	}
 
-	type rideRow struct {
-		id, status            string
-		pending, recent, held bool
-	}
-	rows, err := d.DB.Pool.Query(ctx, `SELECT r.id::text, r.status::text,
-		  EXISTS (SELECT 1 FROM offers o WHERE o.ride_id = r.id AND o.status = 'PENDING'),
-		  r.updated_at > now() - $2 * interval '1 millisecond',
-		  EXISTS (SELECT 1 FROM driver_assignments a WHERE a.driver_id = r.driver_id AND a.ride_id = r.id
-		          AND a.ride_status = r.status::text)
-		FROM rides r WHERE r.id::text = ANY($1)`, r.sum.rideIDs, r.opts.Grace.Milliseconds())
+	first, err := r.classify(ctx, d, r.sum.rideIDs)
 	if err != nil {
-		return fmt.Errorf("chaos: read rides: %w", err)
+		return err
 	}
-	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (rideRow, error) {
-		var x rideRow
-		err := row.Scan(&x.id, &x.status, &x.pending, &x.recent, &x.held)
-		return x, err
-	})
-	if err != nil {
-		return fmt.Errorf("chaos: read rides: %w", err)
-	}
-	byID := make(map[string]rideRow, len(found))
-	var requested []string
-	for _, x := range found {
-		byID[x.id] = x
-		if x.status == "REQUESTED" && !x.pending && !x.recent {
-			requested = append(requested, x.id)
+	// A ride can look idle for an instant (its retry timer fired, the match it triggers has not
+	// committed yet): a suspect is stuck only if it is still idle, unchanged, a few seconds later.
+	var suspects []string
+	for id, v := range first {
+		if v.stuck {
+			suspects = append(suspects, id)
 		}
 	}
-	armed := map[string]bool{}
-	if len(requested) > 0 {
-		now, timers, err := d.Redis.RetryTimers(ctx, requested)
-		if err != nil {
-			return fmt.Errorf("chaos: read retry timers: %w", err)
+	second := map[string]rideVerdict{}
+	if len(suspects) > 0 {
+		r.logf("%d rides look stuck; checking them again in %s", len(suspects), recheckAfter)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(recheckAfter):
 		}
-		for i, t := range timers {
-			armed[requested[i]] = t.Armed || (!t.Deadline.IsZero() && t.Deadline.After(now.Add(-r.opts.Grace)))
+		if second, err = r.classify(ctx, d, suspects); err != nil {
+			return err
 		}
 	}
 	ids := append([]string{}, r.sum.rideIDs...)
 	sort.Strings(ids)
 	for _, id := range ids {
-		x, ok := byID[id]
+		v, ok := first[id]
 		if !ok {
 			r.sum.RidesLost++
 			if len(r.sum.RidesLostExamples) < maxExamples {
@@ -203,24 +189,18 @@ func (r *run) check(ctx context.Context) error {
 			}
 			continue
 		}
-		r.sum.RideStatuses[x.status]++
-		var ok2 bool
-		switch x.status {
-		case "COMPLETED", "CANCELLED", "UNMATCHED":
-			continue
-		case "REQUESTED":
-			ok2 = x.pending || x.recent || armed[id]
-		case "ACCEPTED", "IN_PROGRESS":
-			ok2 = x.held
-		}
-		if ok2 {
-			r.sum.RidesWaiting++
+		r.sum.RideStatuses[v.status]++
+		if v.terminal {
 			continue
 		}
-		r.sum.RidesStuck++
-		if len(r.sum.RidesStuckExamples) < maxExamples {
-			r.sum.RidesStuckExamples = append(r.sum.RidesStuckExamples, id+" "+x.status)
+		if again, ok := second[id]; v.stuck && ok && again.stuck && again.updatedAt.Equal(v.updatedAt) {
+			r.sum.RidesStuck++
+			if len(r.sum.RidesStuckExamples) < maxExamples {
+				r.sum.RidesStuckExamples = append(r.sum.RidesStuckExamples, id+" "+v.status)
+			}
+			continue
 		}
+		r.sum.RidesWaiting++
 	}
 	if r.sum.RidesRequested == 0 {
 		r.sum.Failures = append(r.sum.Failures, "the replay requested no ride")
@@ -232,6 +212,79 @@ func (r *run) check(ctx context.Context) error {
 		r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("rides stuck = %d", r.sum.RidesStuck))
 	}
 	return nil
+}
+
+// recheckAfter is how long a ride that looks stuck is given before it is judged again.
+const recheckAfter = 5 * time.Second
+
+// rideVerdict is what classify found of one ride.
+type rideVerdict struct {
+	status    string
+	updatedAt time.Time
+	terminal  bool // COMPLETED, CANCELLED or UNMATCHED
+	stuck     bool // neither terminal nor legitimately waiting
+}
+
+// classify reads the rides ids from PostgreSQL (and the retry timers of idle REQUESTED ones from
+// Redis) and judges each: terminal, legitimately waiting (REQUESTED with a PENDING offer, a change
+// within the grace, or a retry timer armed or fired within the grace; ACCEPTED/IN_PROGRESS with its
+// driver's assignment row naming it in that status), or stuck. Rides not in PostgreSQL are absent
+// from the result.
+func (r *run) classify(ctx context.Context, d *app.Deps, ids []string) (map[string]rideVerdict, error) {
+	type rideRow struct {
+		id, status            string
+		updatedAt             time.Time
+		pending, recent, held bool
+	}
+	rows, err := d.DB.Pool.Query(ctx, `SELECT r.id::text, r.status::text, r.updated_at,
+		  EXISTS (SELECT 1 FROM offers o WHERE o.ride_id = r.id AND o.status = 'PENDING'),
+		  r.updated_at > now() - $2 * interval '1 millisecond',
+		  EXISTS (SELECT 1 FROM driver_assignments a WHERE a.driver_id = r.driver_id AND a.ride_id = r.id
+		          AND a.ride_status = r.status::text)
+		FROM rides r WHERE r.id::text = ANY($1)`, ids, r.opts.Grace.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("chaos: read rides: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (rideRow, error) {
+		var x rideRow
+		err := row.Scan(&x.id, &x.status, &x.updatedAt, &x.pending, &x.recent, &x.held)
+		return x, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("chaos: read rides: %w", err)
+	}
+	var idle []string
+	for _, x := range found {
+		if x.status == "REQUESTED" && !x.pending && !x.recent {
+			idle = append(idle, x.id)
+		}
+	}
+	armed := map[string]bool{}
+	if len(idle) > 0 {
+		now, timers, err := d.Redis.RetryTimers(ctx, idle)
+		if err != nil {
+			return nil, fmt.Errorf("chaos: read retry timers: %w", err)
+		}
+		for i, t := range timers {
+			armed[idle[i]] = t.Armed || (!t.Deadline.IsZero() && t.Deadline.After(now.Add(-r.opts.Grace)))
+		}
+	}
+	out := make(map[string]rideVerdict, len(found))
+	for _, x := range found {
+		v := rideVerdict{status: x.status, updatedAt: x.updatedAt}
+		switch x.status {
+		case "COMPLETED", "CANCELLED", "UNMATCHED":
+			v.terminal = true
+		case "REQUESTED":
+			v.stuck = !(x.pending || x.recent || armed[x.id])
+		case "ACCEPTED", "IN_PROGRESS":
+			v.stuck = !x.held
+		default:
+			v.stuck = true
+		}
+		out[x.id] = v
+	}
+	return out, nil
 }
 
 // dropSchema removes the run's PostgreSQL schema (after a passing run).
