@@ -1,6 +1,10 @@
 package expiry
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/flagdown/flagdown/shared/redisstore"
+)
 
 // diffMasters compares the master addresses being followed with the current ones and returns the
 // addresses to subscribe to and those to drop, each sorted. It is the pure part of following a
@@ -26,23 +30,6 @@ func diffMasters(running map[string]bool, current []string) (add, drop []string)
 	return add, drop
 }
 
-// firedKey names the tombstone set of deadlines already published for the deadlines set key dk. It
-// shares dk's hash slot (dk's own hash tag, or {dk}), so one script can move an entry between them
-// in Redis Cluster too.
-func firedKey(dk string) string {
-	if i := indexByte(dk, '{'); i >= 0 {
-		if j := indexByte(dk[i+1:], '}'); j > 0 {
-			return dk + ":fired"
-		}
-	}
-	return "{" + dk + "}:fired"
-}
-
-func indexByte(s string, c byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return i
-		}
-	}
-	return -1
-}
+// firedKey names the tombstone set of deadlines already published for the deadlines set key dk
+// (see redisstore.FiredKeyFor, the one owner of the name).
+func firedKey(dk string) string { return redisstore.FiredKeyFor(dk) }

@@ -20,7 +20,8 @@ type RetryTimer struct {
 	Armed bool
 	// Deadline is the timer's deadline in the deadlines index (Redis's clock), zero when the index
 	// has no entry. An entry whose key is gone is a timer that fired and whose expiry the expiry
-	// source has not published yet.
+	// source has not published yet. Once published, the entry moves to the tombstone set
+	// (FiredKey), and Deadline is the deadline found there.
 	Deadline time.Time
 }
 
@@ -37,9 +38,11 @@ func (s *Store) RetryTimers(ctx context.Context, rideIDs []string) (now time.Tim
 		pipe := s.rdb.Pipeline()
 		ex := make([]*redis.IntCmd, len(chunk))
 		dl := make([]*redis.FloatCmd, len(chunk))
+		fired := make([]*redis.FloatCmd, len(chunk))
 		for i, id := range chunk {
 			ex[i] = pipe.Exists(ctx, s.retryKey(id))
 			dl[i] = pipe.ZScore(ctx, s.DeadlinesKey(), s.retryKey(id))
+			fired[i] = pipe.ZScore(ctx, s.FiredKey(), s.retryKey(id))
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return time.Time{}, nil, unavailable(err)
@@ -47,6 +50,8 @@ func (s *Store) RetryTimers(ctx context.Context, rideIDs []string) (now time.Tim
 		for i := range chunk {
 			t := RetryTimer{Armed: ex[i].Val() == 1}
 			if sc, err := dl[i].Result(); err == nil {
+				t.Deadline = time.UnixMilli(int64(math.Round(sc)))
+			} else if sc, err := fired[i].Result(); err == nil {
 				t.Deadline = time.UnixMilli(int64(math.Round(sc)))
 			}
 			timers = append(timers, t)

@@ -47,6 +47,19 @@ func ParseTimedKey(prefix, key string) (kind KeyKind, id string, ok bool) {
 // when Redis, which expires keys lazily or by sampling, deletes the key late.
 func (s *Store) DeadlinesKey() string { return s.prefix + "deadlines" }
 
+// FiredKey is the tombstone set of the deadlines the expiry source already published (score = the
+// deadline, unix ms; kept for the broker's duplicate window): see FiredKeyFor.
+func (s *Store) FiredKey() string { return FiredKeyFor(s.DeadlinesKey()) }
+
+// FiredKeyFor names the tombstone set of the deadlines set key dk. It shares dk's hash slot (dk's
+// own hash tag, or {dk}), so one script can move an entry between them in Redis Cluster too.
+func FiredKeyFor(dk string) string {
+	if i := strings.IndexByte(dk, '{'); i >= 0 && strings.IndexByte(dk[i+1:], '}') > 0 {
+		return dk + ":fired"
+	}
+	return "{" + dk + "}:fired"
+}
+
 // Prefix is the key prefix of this store.
 func (s *Store) Prefix() string { return s.prefix }
 
