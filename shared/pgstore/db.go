@@ -36,7 +36,8 @@ const DefaultMaxConns = 32
 var schemaRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // Open connects to url with search_path set to schema (empty means public), creating the schema
-// if it is missing. It returns an error if the URL is invalid or the server is unreachable.
+// if it is missing (only then does the role need CREATE on the database). It returns an error if
+// the URL is invalid or the server is unreachable.
 func Open(ctx context.Context, url, schema string) (*DB, error) {
 	if schema == "" {
 		schema = "public"
@@ -58,9 +59,18 @@ func Open(ctx context.Context, url, schema string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
 	}
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+	// Create the schema only when it is missing, so a role without CREATE on the database (a
+	// read-only role running `flagdown verify`) can open an existing one.
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("pgstore: create schema %s: %w", schema, err)
+		return nil, fmt.Errorf("pgstore: look up schema %s: %w", schema, err)
+	}
+	if !exists {
+		if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("pgstore: create schema %s: %w", schema, err)
+		}
 	}
 	return &DB{Pool: pool, Schema: schema, URL: url}, nil
 }
