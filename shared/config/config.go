@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/flagdown/flagdown/shared/internalauth"
 )
 
 // Config is the whole configuration of a flagdown process.
@@ -31,6 +33,12 @@ type Config struct {
 	NATSStream string `env:"FLAGDOWN_NATS_STREAM" envDefault:"FLAGDOWN"`
 	// SubjectPrefix is the NATS subject prefix; an event of type T is published on <prefix>.<T>.
 	SubjectPrefix string `env:"FLAGDOWN_SUBJECT_PREFIX" envDefault:"flagdown.events"`
+	// InternalSecret is the shared secret of internal calls (shared/internalauth): the relay and the
+	// expiry source sign every event with it, the cron sends it to reconcile, and event-triggered
+	// functions and reconcile refuse calls without it. Several secrets separated by commas during a
+	// rotation: the first signs, every one verifies. A credential: the secret file
+	// flagdown-internal-secret in a deployment (SecretVars).
+	InternalSecret string `env:"FLAGDOWN_INTERNAL_SECRET"`
 
 	// HeartbeatTTL is how long a driver counts as online after his last accepted ping (seconds).
 	HeartbeatTTL time.Duration `env:"FLAGDOWN_HEARTBEAT_TTL" envDefault:"30s"`
@@ -126,8 +134,22 @@ type Config struct {
 	// rides are never pruned: matching reads them to skip drivers already offered the ride.
 	RetainOffers time.Duration `env:"FLAGDOWN_RETAIN_OFFERS" envDefault:"720h"`
 	// DriverStateTTL is how long a driver's Redis hash (<prefix>driver:{driver}: position, status,
-	// rating) lives after his last accepted ping; longer than HeartbeatTTL (Validate).
+	// rating) lives after his last ping (stale ones included); longer than HeartbeatTTL (Validate).
 	DriverStateTTL time.Duration `env:"FLAGDOWN_DRIVER_STATE_TTL" envDefault:"24h"`
+
+	// JWTSecret is the HS256 shared secret client tokens are signed with (small deployments; at
+	// least MinJWTSecretBytes bytes). Exactly one of JWTSecret and JWKSURL may be set (Validate); a
+	// credential, so it comes from the secret file flagdown-jwt-secret in a deployment (SecretVars).
+	JWTSecret string `env:"FLAGDOWN_JWT_SECRET"`
+	// JWKSURL is the JSON Web Key Set URL of an identity provider whose RS256 or ES256 keys sign
+	// client tokens (shared/auth refreshes it hourly, and on an unknown kid at most once a minute).
+	JWKSURL string `env:"FLAGDOWN_JWKS_URL"`
+	// JWTIssuer is the iss claim every client token must carry.
+	JWTIssuer string `env:"FLAGDOWN_JWT_ISSUER" envDefault:"flagdown"`
+	// JWTAudience is a value the aud claim of every client token must contain.
+	JWTAudience string `env:"FLAGDOWN_JWT_AUDIENCE" envDefault:"flagdown"`
+	// JWTLeeway is the clock skew allowed when checking a token's exp, nbf and iat (0..MaxJWTLeeway).
+	JWTLeeway time.Duration `env:"FLAGDOWN_JWT_LEEWAY" envDefault:"30s"`
 
 	// FaultClockOffset is a fault-injection knob for chaos runs (`flagdown chaos`): it shifts the
 	// host clock of this process where flagdown still reads one (Now), as a machine whose clock is
@@ -139,6 +161,13 @@ type Config struct {
 	// between publish and mark). 0 (the default) disables it.
 	FaultRelayExitAfterPublish int `env:"FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH" envDefault:"0"`
 }
+
+// MinJWTSecretBytes is the shortest FLAGDOWN_JWT_SECRET Validate accepts: 32 bytes, the output
+// size of SHA-256 (RFC 7518 §3.2 requires an HS256 key at least as long as the hash output).
+const MinJWTSecretBytes = 32
+
+// MaxJWTLeeway is the largest FLAGDOWN_JWT_LEEWAY Validate accepts.
+const MaxJWTLeeway = 5 * time.Minute
 
 // FaultRelayExitStatus is the exit status of a `flagdown relay` stopped by
 // FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH, distinct from the status 1 of an ordinary failure.
@@ -161,7 +190,7 @@ func (c *Config) Now() time.Time {
 const MinRetainProcessedEvents = time.Hour
 
 // Load reads the configuration from the process environment, completed from secret files
-// (WithSecrets: DATABASE_URL, REDIS_URL and NATS_URL under FLAGDOWN_SECRETS_DIR when unset).
+// (WithSecrets: each of SecretVars under FLAGDOWN_SECRETS_DIR when unset).
 func Load() (*Config, error) {
 	environ, err := WithSecrets(processEnviron())
 	if err != nil {
@@ -245,6 +274,24 @@ func (c *Config) Validate() error {
 	}
 	if c.FaultRelayExitAfterPublish < 0 {
 		return fmt.Errorf("config: FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH must be >= 0")
+	}
+	if c.JWTSecret != "" && c.JWKSURL != "" {
+		return fmt.Errorf("config: set only one of FLAGDOWN_JWT_SECRET (HS256) and FLAGDOWN_JWKS_URL (RS256/ES256 from an identity provider)")
+	}
+	if c.JWTSecret != "" && len(c.JWTSecret) < MinJWTSecretBytes {
+		return fmt.Errorf("config: FLAGDOWN_JWT_SECRET must be at least %d bytes", MinJWTSecretBytes)
+	}
+	if c.JWKSURL != "" && !strings.HasPrefix(c.JWKSURL, "https://") && !strings.HasPrefix(c.JWKSURL, "http://") {
+		return fmt.Errorf("config: FLAGDOWN_JWKS_URL must be an http(s) URL")
+	}
+	if c.JWTIssuer == "" || c.JWTAudience == "" {
+		return fmt.Errorf("config: FLAGDOWN_JWT_ISSUER and FLAGDOWN_JWT_AUDIENCE must not be empty")
+	}
+	if c.JWTLeeway < 0 || c.JWTLeeway > MaxJWTLeeway {
+		return fmt.Errorf("config: FLAGDOWN_JWT_LEEWAY must be between 0s and %s", MaxJWTLeeway)
+	}
+	if _, err := internalauth.Parse(c.InternalSecret); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	if c.DriverStateTTL <= c.HeartbeatTTL {
 		return fmt.Errorf("config: FLAGDOWN_DRIVER_STATE_TTL (%s) must be longer than FLAGDOWN_HEARTBEAT_TTL (%s)", c.DriverStateTTL, c.HeartbeatTTL)
