@@ -151,6 +151,14 @@ type Config struct {
 	// JWTLeeway is the clock skew allowed when checking a token's exp, nbf and iat (0..MaxJWTLeeway).
 	JWTLeeway time.Duration `env:"FLAGDOWN_JWT_LEEWAY" envDefault:"30s"`
 
+	// RateRidesPerMin is how many ride requests (order-create calls) one rider may make per minute,
+	// with a burst of as many (shared/ratelimit); 0 disables the limit.
+	RateRidesPerMin int `env:"FLAGDOWN_RATE_RIDES_PER_MIN" envDefault:"20"`
+	// RatePingsPerMin is how many pings one driver may send per minute, with a burst of as many; a
+	// batch spends one unit per ping of that driver. The default, 600 (10 per second), is 40 times an
+	// app pinging every 4 s; 0 disables the limit.
+	RatePingsPerMin int `env:"FLAGDOWN_RATE_PINGS_PER_MIN" envDefault:"600"`
+
 	// FaultClockOffset is a fault-injection knob for chaos runs (`flagdown chaos`): it shifts the
 	// host clock of this process where flagdown still reads one (Now), as a machine whose clock is
 	// off would. 0 (the default) in every real deployment.
@@ -271,6 +279,9 @@ func (c *Config) Validate() error {
 	if c.RetainProcessedEvents < MinRetainProcessedEvents {
 		return fmt.Errorf("config: FLAGDOWN_RETAIN_PROCESSED_EVENTS (%s) must be at least %s: "+
 			"a consumer must still know an event it handled when the event is redelivered", c.RetainProcessedEvents, MinRetainProcessedEvents)
+	}
+	if c.RateRidesPerMin < 0 || c.RatePingsPerMin < 0 {
+		return fmt.Errorf("config: FLAGDOWN_RATE_RIDES_PER_MIN and FLAGDOWN_RATE_PINGS_PER_MIN must be >= 0 (0 disables)")
 	}
 	if c.FaultRelayExitAfterPublish < 0 {
 		return fmt.Errorf("config: FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH must be >= 0")

@@ -24,6 +24,9 @@ const (
 	CodeUnauthenticated Code = "unauthenticated"
 	// CodePermissionDenied: the caller may not act on this resource.
 	CodePermissionDenied Code = "permission_denied"
+	// CodeRateLimited: the caller spent his budget (shared/ratelimit); retry after
+	// details.retry_after_s seconds. Nothing was written.
+	CodeRateLimited Code = "rate_limited"
 	// CodeUnavailable: a dependency (Redis, PostgreSQL, broker) is unreachable; retry later.
 	CodeUnavailable Code = "unavailable"
 	// CodeInternal: a bug or unexpected failure; details are logged, never shown.
@@ -83,6 +86,12 @@ func Invalid(field, rule string) *Error {
 // Conflict returns a CodeConflict error with a reason and a message.
 func Conflict(reason, msg string) *Error {
 	return &Error{Code: CodeConflict, Reason: reason, Message: msg}
+}
+
+// PermissionDenied returns a CodePermissionDenied error: the caller is authenticated but field
+// (e.g. "driver_id", "role") says he may not do this; rule says why.
+func PermissionDenied(field, rule string) *Error {
+	return &Error{Code: CodePermissionDenied, Field: field, Message: field + ": " + rule}
 }
 
 // NotFound returns a CodeNotFound error for a kind of thing and its id.

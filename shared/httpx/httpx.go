@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/flagdown/flagdown/shared/dispatch"
@@ -22,6 +23,7 @@ var statusOf = map[dispatch.Code]int{
 	dispatch.CodeNotFound:         http.StatusNotFound,
 	dispatch.CodeConflict:         http.StatusConflict,
 	dispatch.CodeTooLarge:         http.StatusRequestEntityTooLarge,
+	dispatch.CodeRateLimited:      http.StatusTooManyRequests,
 	dispatch.CodeInternal:         http.StatusInternalServerError,
 	dispatch.CodeUnavailable:      http.StatusServiceUnavailable,
 }
@@ -64,6 +66,9 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 			log = slog.Default()
 		}
 		log.Error("request failed", "method", r.Method, "path", r.URL.Path, "code", e.Code, "err", err)
+	}
+	if s, ok := e.Details["retry_after_s"].(int); ok && e.Code == dispatch.CodeRateLimited {
+		w.Header().Set("Retry-After", strconv.Itoa(s))
 	}
 	WriteJSON(w, Status(e.Code), ErrorBody{Error: ErrorDetail{
 		Code: e.Code, Field: e.Field, Reason: e.Reason, Message: e.Message, Details: e.Details,

@@ -1,0 +1,70 @@
+package ratelimit_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/flagdown/flagdown/internal/testkit"
+	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/httpx"
+	"github.com/flagdown/flagdown/shared/ratelimit"
+)
+
+func TestAllowSpendsTheBudgetThenRefusesWithRetryAfter(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testkit.Redis(t)
+	l := ratelimit.New(rdb, prefix, ratelimit.Limits{RidesPerMin: 3, PingsPerMin: 0})
+	ctx := t.Context()
+	for i := range 3 {
+		if err := l.Allow(ctx, ratelimit.RideRequests, "r-1", "rider_id", 1); err != nil {
+			t.Fatalf("request %d: %v, want allowed", i+1, err)
+		}
+	}
+	err := l.Allow(ctx, ratelimit.RideRequests, "r-1", "rider_id", 1)
+	if got := dispatch.ErrorCode(err); got != dispatch.CodeRateLimited {
+		t.Fatalf("4th request: code %q (%v), want %q", got, err, dispatch.CodeRateLimited)
+	}
+	if wait := ratelimit.RetryAfter(err); wait < time.Second || wait > 20*time.Second {
+		t.Errorf("RetryAfter = %s, want about 20 s (one unit of 3 per minute), at least 1 s", wait)
+	}
+	t.Run("another rider has his own budget", func(t *testing.T) {
+		if err := l.Allow(ctx, ratelimit.RideRequests, "r-2", "rider_id", 1); err != nil {
+			t.Errorf("r-2: %v, want allowed", err)
+		}
+	})
+	t.Run("a kind with limit 0 is unlimited", func(t *testing.T) {
+		for range 100 {
+			if err := l.Allow(ctx, ratelimit.Pings, "d-1", "driver_id", 5); err != nil {
+				t.Fatalf("pings: %v, want unlimited", err)
+			}
+		}
+	})
+	t.Run("the answer is 429 with Retry-After and names the field", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		httpx.WriteError(rec, httptest.NewRequest(http.MethodPost, "/", nil), nil, err)
+		if rec.Code != http.StatusTooManyRequests {
+			t.Errorf("status = %d, want 429", rec.Code)
+		}
+		if got := rec.Header().Get("Retry-After"); got == "" || got == "0" {
+			t.Errorf("Retry-After = %q, want whole seconds >= 1", got)
+		}
+		if got := dispatch.AsError(err).Field; got != "rider_id" {
+			t.Errorf("field = %q, want rider_id", got)
+		}
+	})
+}
+
+func TestABatchLargerThanTheBurstIsRefusedWithoutSpending(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testkit.Redis(t)
+	l := ratelimit.New(rdb, prefix, ratelimit.Limits{PingsPerMin: 10})
+	ctx := t.Context()
+	if err := l.Allow(ctx, ratelimit.Pings, "d-1", "driver_id", 11); dispatch.ErrorCode(err) != dispatch.CodeRateLimited {
+		t.Fatalf("11 pings against a burst of 10: %v, want rate_limited", err)
+	}
+	if err := l.Allow(ctx, ratelimit.Pings, "d-1", "driver_id", 10); err != nil {
+		t.Errorf("10 pings after the refused batch: %v, want allowed (nothing was spent)", err)
+	}
+}
