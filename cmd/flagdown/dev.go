@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +21,7 @@ import (
 	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/expiry"
+	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/outbox"
 )
 
@@ -34,7 +37,8 @@ delivers events to functions through the trigger table in CloudEvents binary mod
 redelivery with backoff on 5xx, dead-letter at once on other 4xx and after
 FLAGDOWN_TRIGGER_MAX_DELIVER attempts), runs the outbox
 relay and the Redis expiry source, calls the reconcile function every FLAGDOWN_RECONCILE_INTERVAL,
-and applies migrations on start. Stops gracefully on SIGINT/SIGTERM.`,
+and applies migrations on start. The relay and the expiry source sign events and the cron
+authorizes its calls with FLAGDOWN_INTERNAL_SECRET, a random one for the run when it is unset. Stops gracefully on SIGINT/SIGTERM.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load()
 			if err != nil {
@@ -116,6 +120,16 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 		}
 	}()
 	var err error
+	if cfg.InternalSecret == "" {
+		if cfg.InternalSecret, err = randomSecret(); err != nil {
+			return nil, err
+		}
+		log.Info("no " + internalauth.Variable + " set: using a random internal secret for this run")
+	}
+	keys, err := internalauth.Parse(cfg.InternalSecret)
+	if err != nil {
+		return nil, err
+	}
 	if p.deps, err = app.Open(ctx, cfg, log); err != nil {
 		return nil, err
 	}
@@ -164,10 +178,10 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 	if p.disp, err = broker.NewDispatcher(p.broker, triggers, cfg.TriggerMaxDeliver, nil, log); err != nil {
 		return nil, err
 	}
-	relay := outbox.New(p.deps.DB, p.broker.Publish, outbox.Options{PollInterval: cfg.RelayPollInterval, Log: log})
-	expirySource := expiry.New(p.deps.Redis, p.broker.Publish, expiry.Options{SweepInterval: cfg.ExpirySweepInterval, Log: log})
+	relay := outbox.New(p.deps.DB, p.broker.Publish, outbox.Options{PollInterval: cfg.RelayPollInterval, Log: log, Keys: keys})
+	expirySource := expiry.New(p.deps.Redis, p.broker.Publish, expiry.Options{SweepInterval: cfg.ExpirySweepInterval, Log: log, Keys: keys})
 	reconcileCron := func(ctx context.Context) error {
-		return cron(ctx, "http://"+p.Addr()+"/function/reconcile", cfg.ReconcileInterval, log)
+		return cron(ctx, "http://"+p.Addr()+"/function/reconcile", cfg.ReconcileInterval, keys, log)
 	}
 	for name, run := range map[string]func(context.Context) error{
 		"triggers": p.disp.Run, "outbox relay": relay.Run, "expiry source": expirySource.Run, "reconcile cron": reconcileCron,
@@ -182,6 +196,16 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 	}
 	ok = true
 	return p, nil
+}
+
+// randomSecret returns 32 random bytes in hex: the internal secret of a flagdown dev run that was
+// given none (its relay, expiry source, cron and functions share it; nothing else knows it).
+func randomSecret() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("internal secret: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
 }
 
 // Addr is the gateway's listen address (host:port).

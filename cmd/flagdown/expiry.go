@@ -28,6 +28,10 @@ flagdown dev runs one itself. Stops gracefully on SIGINT/SIGTERM.`,
 			if err != nil {
 				return err
 			}
+			keys, err := signingKeys(cfg)
+			if err != nil {
+				return err
+			}
 			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 			ctx := cmd.Context()
 			rdb, err := redisstore.Open(ctx, cfg.RedisURL)
@@ -41,7 +45,7 @@ flagdown dev runs one itself. Stops gracefully on SIGINT/SIGTERM.`,
 			}
 			defer closePublisher()
 			src := expiry.New(app.NewStore(rdb, cfg), expiry.Publisher(publish),
-				expiry.Options{SweepInterval: cfg.ExpirySweepInterval, NotificationsConfigured: configured, Log: log})
+				expiry.Options{SweepInterval: cfg.ExpirySweepInterval, NotificationsConfigured: configured, Log: log, Keys: keys})
 			log.Info("expiry source starting", "redis", rdb.Options().Addr, "sweep", cfg.ExpirySweepInterval, "publish to", target)
 			if err := src.Run(ctx); err != nil && ctx.Err() == nil {
 				return err

@@ -18,6 +18,7 @@ import (
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
+	"github.com/flagdown/flagdown/shared/internalauth"
 )
 
 // functionSet is every function the platform serves, by the name in its gateway path
@@ -36,9 +37,10 @@ var functionSet = []struct {
 	{"reconcile", func(d *app.Deps) http.Handler { return reconcile.New(d) }},
 }
 
-// cron calls url with POST every interval until ctx ends, like the OpenFaaS cron-connector or a
-// Knative PingSource; failures are logged and the next tick tries again.
-func cron(ctx context.Context, url string, interval time.Duration, log *slog.Logger) error {
+// cron calls url with POST every interval until ctx ends, like the flagdown-reconcile-cron CronJob
+// of a cluster (`flagdown cron`), with the internal credential of keys (Authorization: Bearer);
+// failures are logged and the next tick tries again.
+func cron(ctx context.Context, url string, interval time.Duration, keys *internalauth.Keys, log *slog.Logger) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -47,23 +49,33 @@ func cron(ctx context.Context, url string, interval time.Duration, log *slog.Log
 			return nil
 		case <-t.C:
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Error("cron call failed", "url", url, "err", err)
-			}
-			continue
-		}
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			log.Error("cron call failed", "url", url, "status", resp.StatusCode, "body", string(body))
+		status, body, err := callInternal(ctx, http.DefaultClient, url, keys)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Error("cron call failed", "url", url, "err", err)
+		case err == nil && status/100 != 2:
+			log.Error("cron call failed", "url", url, "status", status, "body", string(body))
 		}
 	}
+}
+
+// callInternal POSTs an empty body to url with the internal credential of keys and returns the
+// status and the first 4 KiB of the answer.
+func callInternal(ctx context.Context, hc *http.Client, url string, keys *internalauth.Keys) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := keys.SetBearer(req); err != nil {
+		return 0, nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, body, nil
 }
 
 // gateway mounts every function under /function/<name> like the OpenFaaS gateway: the function

@@ -7,6 +7,7 @@
 //	flagdown relay          publish outbox rows to the broker (flagdown dev runs one)
 //	flagdown verify         check PostgreSQL and Redis against the invariants; exit status 1 on any violation
 //	flagdown chaos          replay trips while killing and restarting the platform, Redis and the relay; check nothing was lost
+//	flagdown cron           call an internal endpoint (reconcile) once with the internal credential
 package main
 
 import (
@@ -26,7 +27,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDevCmd(), newMigrateCmd(), newReplayCmd(), newExpirySourceCmd(), newRelayCmd(), newVerifyCmd(), newChaosCmd())
+	root.AddCommand(newDevCmd(), newMigrateCmd(), newReplayCmd(), newExpirySourceCmd(), newRelayCmd(), newVerifyCmd(), newChaosCmd(), newCronCmd())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := root.ExecuteContext(ctx); err != nil {

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/internalauth"
 )
 
 // errNoBroker: the long-running parts publish to a running broker; they do not embed one.
@@ -27,4 +29,19 @@ func eventPublisher(ctx context.Context, cfg *config.Config) (broker.PublishFunc
 		return nil, nil, "", err
 	}
 	return b.Publish, b.Close, "nats " + cfg.NATSURL + " stream " + cfg.NATSStream, nil
+}
+
+// signingKeys returns the internal credential the relay and the expiry source sign events with. It
+// is required: consumers refuse unsigned events, so publishing without it would only fill the
+// dead-letter stream.
+func signingKeys(cfg *config.Config) (*internalauth.Keys, error) {
+	keys, err := internalauth.Parse(cfg.InternalSecret)
+	if err != nil {
+		return nil, err
+	}
+	if !keys.Configured() {
+		return nil, fmt.Errorf("set %s (env, or the secret file %s): the functions refuse unsigned events",
+			internalauth.Variable, config.SecretFileName(internalauth.Variable))
+	}
+	return keys, nil
 }

@@ -27,6 +27,10 @@ its N-th published event, before marking it.`,
 			if err != nil {
 				return err
 			}
+			keys, err := signingKeys(cfg)
+			if err != nil {
+				return err
+			}
 			log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 			ctx := cmd.Context()
 			db, err := pgstore.Open(ctx, cfg.DatabaseURL, cfg.DatabaseSchema)
@@ -40,7 +44,7 @@ its N-th published event, before marking it.`,
 			}
 			defer closePublisher()
 			log.Info("outbox relay running", "publish to", target)
-			opts := outbox.Options{PollInterval: cfg.RelayPollInterval, Log: log}
+			opts := outbox.Options{PollInterval: cfg.RelayPollInterval, Log: log, Keys: keys}
 			if n := cfg.FaultRelayExitAfterPublish; n > 0 {
 				opts.AfterPublish = exitAfterPublish(n, log)
 			}

@@ -22,8 +22,10 @@
 // operation, reports zero repairs. Each repair changes the state that made it necessary, so running
 // reconcile twice in a row repairs nothing the second time.
 //
-// Any method is accepted (the OpenFaaS cron-connector POSTs; a Knative PingSource POSTs a
-// CloudEvent whose content is ignored). The answer is the JSON of Report.
+// Any method is accepted; the body is ignored. Every call must carry the internal credential,
+// Authorization: Bearer <FLAGDOWN_INTERNAL_SECRET> (shared/internalauth), sent by the cron trigger
+// (flagdown dev's ticker, the flagdown-reconcile-cron CronJob of deploy/); without it the answer is
+// 401 and nothing runs. The answer is the JSON of Report.
 package function
 
 import (
@@ -75,8 +77,15 @@ func (r Report) Total() int {
 	return r.OffersExpired + r.DriversOffline + r.AssignmentsRepaired + r.ActiveDriversOffline + r.RidesRetried + r.OutboxUnpublished
 }
 
-// ServeHTTP runs one reconcile pass and answers its Report.
+// ServeHTTP checks the internal credential (401 unauthenticated without it, 503 when no
+// FLAGDOWN_INTERNAL_SECRET is configured), then runs one reconcile pass and answers its Report.
 func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Hook for on-demand runs by operators: once shared/auth verifies client tokens, a request
+	// with a valid ops-role JWT is to be let through here as well (issue 8, Authorization).
+	if err := f.d.Internal().VerifyRequest(r); err != nil {
+		httpx.WriteError(w, r, f.d.Log, err)
+		return
+	}
 	rep, err := f.Run(r.Context())
 	if err != nil {
 		httpx.WriteError(w, r, f.d.Log, err)

@@ -274,7 +274,7 @@ func TestReconcileOfAHealthyWorldRepairsNothing(t *testing.T) {
 
 	before := env.Snapshot(t)
 	for _, method := range []string{http.MethodPost, http.MethodGet} {
-		status, body := fntest.Do(t, env.Reconcile, method, "/", nil, nil)
+		status, body := fntest.Do(t, env.Reconcile, method, "/", nil, fntest.InternalHeaders())
 		if status != http.StatusOK {
 			t.Fatalf("%s: status %d: %v", method, status, body)
 		}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/pgstore"
 )
 
@@ -131,6 +132,19 @@ func NATS(t testing.TB) string {
 	return ns.ClientURL()
 }
 
+// InternalSecret is the FLAGDOWN_INTERNAL_SECRET of every Deps: fntest signs the events it sends
+// and authorizes its reconcile calls with it (InternalKeys).
+const InternalSecret = "testkit-internal-secret-0123456789abcdef"
+
+// InternalKeys returns the internal credential over InternalSecret.
+func InternalKeys() *internalauth.Keys {
+	k, err := internalauth.Parse(InternalSecret)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
 // Deps builds function dependencies over a fresh schema and Redis prefix (see DB and Redis), with
 // the default configuration changed by tune (may be nil). Everything is removed when t ends.
 func Deps(t testing.TB, tune func(*config.Config)) *app.Deps {
@@ -143,6 +157,7 @@ func Deps(t testing.TB, tune func(*config.Config)) *app.Deps {
 	rdb, prefix := Redis(t)
 	cfg.DatabaseURL, cfg.DatabaseSchema = DatabaseURL(), db.Schema
 	cfg.RedisURL, cfg.RedisPrefix = RedisURL(), prefix
+	cfg.InternalSecret = InternalSecret // FLAGDOWN_INTERNAL_SECRET; tune may change it
 	if tune != nil {
 		tune(cfg)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
+	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/pgstore"
 	"github.com/flagdown/flagdown/shared/redisstore"
 )
@@ -28,6 +29,18 @@ type Deps struct {
 	DB     *pgstore.DB
 	Redis  *redisstore.Store
 	Log    *slog.Logger
+
+	internalOnce sync.Once
+	internal     *internalauth.Keys
+}
+
+// Internal returns the internal credential of Config.InternalSecret (shared/internalauth), parsed
+// once; nil (verifies nothing) when none is configured. Config.Validate refuses a malformed value.
+func (d *Deps) Internal() *internalauth.Keys {
+	d.internalOnce.Do(func() {
+		d.internal, _ = internalauth.Parse(d.Config.InternalSecret)
+	})
+	return d.internal
 }
 
 // Open connects to PostgreSQL and Redis as cfg says. It does not apply migrations.

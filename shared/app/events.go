@@ -19,9 +19,11 @@ import (
 type EventFunc func(ctx context.Context, e event.Event) (string, error)
 
 // EventHandler is the HTTP edge of a function triggered by events: it decodes the request
-// (CloudEvents binary or structured mode), rejects types outside accepts with 400, calls fn and
-// answers 200 {"outcome": ...}. Errors map through the one status table, so a trigger retries
-// 5xx (unavailable, internal) and dead-letters 4xx.
+// (CloudEvents binary or structured mode), refuses an event without a valid internal signature
+// (d.Internal().Verify: 401 unauthenticated, or 503 when no FLAGDOWN_INTERNAL_SECRET is
+// configured) before fn can record anything in processed_events, rejects types outside accepts
+// with 400, calls fn and answers 200 {"outcome": ...}. Errors map through the one status table, so
+// a trigger retries 5xx (unavailable, internal) and dead-letters 4xx, a forged event at once.
 func EventHandler(d *Deps, accepts []string, fn EventFunc) http.Handler {
 	ok := map[string]bool{}
 	for _, t := range accepts {
@@ -36,6 +38,11 @@ func EventHandler(d *Deps, accepts []string, fn EventFunc) http.Handler {
 		}
 		e, err := cloudevent.FromRequestLimit(r, d.Config.MaxBodyBytes)
 		if err != nil {
+			httpx.WriteError(w, r, d.Log, err)
+			return
+		}
+		if err := d.Internal().Verify(e); err != nil {
+			d.Log.Warn("internal event refused", "id", e.ID(), "type", e.Type(), "source", e.Source(), "subject", e.Subject(), "err", err)
 			httpx.WriteError(w, r, d.Log, err)
 			return
 		}

@@ -72,6 +72,7 @@ import (
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/cloudevent"
+	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
@@ -114,6 +115,10 @@ type Options struct {
 	ClientName string
 	// Log receives warnings (reconnection gaps, publish failures); nil logs nothing.
 	Log *slog.Logger
+	// Keys sign every published event (internalauth.Keys.Sign: the flagdownsig extension
+	// expiry-notification verifies). nil publishes unsigned events, which consumers refuse;
+	// `flagdown expiry-source` and `flagdown dev` always set it.
+	Keys *internalauth.Keys
 }
 
 // Stats are the source's counters since Run started.
@@ -459,6 +464,9 @@ func (s *Source) handle(ctx context.Context, key string) {
 func (s *Source) emit(ctx context.Context, key string, kind redisstore.KeyKind, id string, d int64, swept bool) error {
 	data := events.RedisKeyExpiredData{Key: key, Kind: string(kind), ID: id, DeadlineMs: d, ObservedAt: time.Now().UTC(), Swept: swept}
 	e, err := cloudevent.New(EventID(key, d), events.RedisKeyExpired, SourceURI, key, data, data.ObservedAt)
+	if err == nil && s.opt.Keys != nil {
+		err = s.opt.Keys.Sign(&e)
+	}
 	if err != nil {
 		s.errs.Add(1)
 		return err

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flagdown/flagdown/shared/cloudevent"
+	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/pgstore"
 )
 
@@ -56,6 +57,10 @@ type Options struct {
 	// FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH to exit the process there, the crash the relay's
 	// at-least-once publishing must survive.
 	AfterPublish func()
+	// Keys sign every published event (internalauth.Keys.Sign: the flagdownsig extension the
+	// consumers verify). nil publishes unsigned events, which consumers refuse; `flagdown relay` and
+	// `flagdown dev` always set it.
+	Keys *internalauth.Keys
 }
 
 // Relay publishes outbox rows. Create it with New; it is safe to run several relays, in one process
@@ -68,12 +73,13 @@ type Relay struct {
 	log     *slog.Logger
 	wake    chan struct{}
 	after   func()
+	keys    *internalauth.Keys
 }
 
 // New returns a relay publishing db's outbox rows with publish.
 func New(db *pgstore.DB, publish func(context.Context, event.Event) error, opts Options) *Relay {
 	r := &Relay{db: db, publish: publish, poll: opts.PollInterval, batch: opts.Batch, log: opts.Log,
-		wake: make(chan struct{}, 1), after: opts.AfterPublish}
+		wake: make(chan struct{}, 1), after: opts.AfterPublish, keys: opts.Keys}
 	if r.poll <= 0 {
 		r.poll = DefaultPollInterval
 	}
@@ -233,11 +239,16 @@ func (r *Relay) publishRows(ctx context.Context, rows []row) ([]int64, error) {
 	return published, firstErr
 }
 
-// publishRow builds the CloudEvent of x and publishes it.
+// publishRow builds the CloudEvent of x, signs it (when Keys are set) and publishes it.
 func (r *Relay) publishRow(ctx context.Context, x row) error {
 	e, err := cloudevent.New(x.eventID, x.typ, x.source, x.subject, json.RawMessage(x.data), x.createdAt)
 	if err != nil {
 		return err
+	}
+	if r.keys != nil {
+		if err := r.keys.Sign(&e); err != nil {
+			return err
+		}
 	}
 	return r.publish(ctx, e)
 }

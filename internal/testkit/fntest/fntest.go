@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/cloudevents/sdk-go/v2/event"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
 	"github.com/flagdown/flagdown/events"
@@ -188,8 +189,19 @@ type Event struct {
 }
 
 // SendEvent sends ev to h as a binary-mode CloudEvents HTTP request, written by the sdk-go HTTP
-// binding, and returns the status and decoded answer.
+// binding and signed with testkit.InternalKeys like the relay signs, and returns the status and
+// decoded answer.
 func SendEvent(t testing.TB, h http.Handler, ev Event) (int, JSON) {
+	t.Helper()
+	ce := BuildEvent(t, ev)
+	if err := testkit.InternalKeys().Sign(&ce); err != nil {
+		t.Fatalf("sign event: %v", err)
+	}
+	return SendCloudEvent(t, h, ce)
+}
+
+// BuildEvent returns the unsigned CloudEvent SendEvent sends for ev (defaults filled in).
+func BuildEvent(t testing.TB, ev Event) event.Event {
 	t.Helper()
 	if ev.ID == "" {
 		ev.ID = "evt-" + testkit.ID()
@@ -207,6 +219,13 @@ func SendEvent(t testing.TB, h http.Handler, ev Event) (int, JSON) {
 	if err != nil {
 		t.Fatalf("build event: %v", err)
 	}
+	return ce
+}
+
+// SendCloudEvent sends ce to h as it is (no signature added) as a binary-mode CloudEvents HTTP
+// request and returns the status and decoded answer.
+func SendCloudEvent(t testing.TB, h http.Handler, ce event.Event) (int, JSON) {
+	t.Helper()
 	req := httptest.NewRequest(http.MethodPost, "/", nil)
 	if err := cehttp.WriteRequest(context.Background(), binding.ToMessage(&ce), req); err != nil {
 		t.Fatalf("write event request: %v", err)

@@ -279,6 +279,7 @@ func (r *run) setup(ctx context.Context) error {
 		"FLAGDOWN_REDIS_PREFIX":       prefix,
 		"FLAGDOWN_NATS_STREAM":        "FLAGDOWN",
 		"FLAGDOWN_RECONCILE_INTERVAL": r.opts.ReconcileInterval.String(),
+		"FLAGDOWN_INTERNAL_SECRET":    internalSecret(),
 	}
 	if r.cfg, err = config.FromEnv(vars); err != nil {
 		return err
