@@ -123,8 +123,13 @@ func (k *Keys) Signature(e event.Event) (string, error) {
 	return version + hex.EncodeToString(mac(k.secrets[0], canonical(e))), nil
 }
 
-// Sign sets e's Extension attribute to its signature (Signature), replacing any earlier one.
+// Sign sets e's Extension attribute to its signature (Signature), replacing any earlier one. An
+// event without a time gets the current time first: a sender that stamps the time later (the
+// CloudEvents client's WithTimeNow) would otherwise change a signed attribute.
 func (k *Keys) Sign(e *event.Event) error {
+	if e.Time().IsZero() {
+		e.SetTime(time.Now().UTC())
+	}
 	sig, err := k.Signature(*e)
 	if err != nil {
 		return err
