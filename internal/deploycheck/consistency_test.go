@@ -2,6 +2,7 @@ package deploycheck_test
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -232,19 +233,29 @@ func TestCredentialsOnlyAsSecrets(t *testing.T) {
 	}
 }
 
-// podContainers returns the containers of a Deployment, Job or Knative Service.
+// podContainers returns the containers of a Deployment, Job, CronJob or Knative Service.
 func podContainers(m deploycheck.Manifest) []any {
 	switch m.Kind() {
 	case "Deployment", "Job", "Service":
 		return deploycheck.List(m.Object, "spec", "template", "spec", "containers")
+	case "CronJob":
+		return deploycheck.List(m.Object, "spec", "jobTemplate", "spec", "template", "spec", "containers")
 	}
 	return nil
+}
+
+// podVolumes returns the volumes of a Deployment, Job, CronJob or Knative Service.
+func podVolumes(m deploycheck.Manifest) []any {
+	if m.Kind() == "CronJob" {
+		return deploycheck.List(m.Object, "spec", "jobTemplate", "spec", "template", "spec", "volumes")
+	}
+	return deploycheck.List(m.Object, "spec", "template", "spec", "volumes")
 }
 
 // secretKeys returns the keys of the secrets volume of a workload (Secret or projected volume).
 func secretKeys(m deploycheck.Manifest) []string {
 	var out []string
-	for _, v := range deploycheck.List(m.Object, "spec", "template", "spec", "volumes") {
+	for _, v := range podVolumes(m) {
 		if deploycheck.Str(v, "name") != "secrets" {
 			continue
 		}
@@ -402,33 +413,44 @@ func TestEventRoutes(t *testing.T) {
 		checkDelivery(t, "Broker "+name, deploycheck.Get(b.Object, "spec", "delivery"), services)
 	}
 
-	// Scheduled functions: the cron-connector annotation and a PingSource agree.
-	pings := r.byKind(r.knative, "PingSource")
+	// Scheduled functions: reconcile needs the internal credential, which neither the OpenFaaS
+	// cron-connector nor a Knative PingSource can send, so a CronJob running `flagdown cron` with
+	// the secret flagdown-internal-secret calls it, on both platforms on the same schedule.
 	for n, fn := range r.stack.Functions {
-		if fn.Annotations["topic"] != "cron-function" {
-			if fn.Annotations["schedule"] != "" {
-				t.Errorf("stack.yml %s: schedule without topic cron-function", n)
-			}
-			continue
-		}
-		found := false
-		for _, p := range pings {
-			if deploycheck.Str(p.Object, "spec", "sink", "ref", "name") == n {
-				found = true
-				if s := deploycheck.Str(p.Object, "spec", "schedule"); s != fn.Annotations["schedule"] {
-					t.Errorf("PingSource %s schedule %q, stack.yml %s schedule %q", p.Name(), s, n, fn.Annotations["schedule"])
-				}
-			}
-		}
-		if !found {
-			t.Errorf("stack.yml %s is scheduled but no PingSource sinks to it", n)
+		if fn.Annotations["topic"] == "cron-function" || fn.Annotations["schedule"] != "" {
+			t.Errorf("stack.yml %s: cron-connector annotations, but the cron-connector cannot send the internal credential (use a CronJob)", n)
 		}
 	}
-	for _, p := range pings {
-		n := deploycheck.Str(p.Object, "spec", "sink", "ref", "name")
-		if r.stack.Functions[n].Annotations["topic"] != "cron-function" {
-			t.Errorf("PingSource %s sinks to %s, which stack.yml does not schedule", p.Name(), n)
+	if pings := r.byKind(r.knative, "PingSource"); len(pings) > 0 {
+		t.Errorf("deploy/knative: PingSource %v cannot send the internal credential (use a CronJob)", slices.Collect(maps.Keys(pings)))
+	}
+	wantURL := map[string]string{
+		"deploy/openfaas": "http://gateway.openfaas:8080/function/reconcile",
+		"deploy/knative":  "http://reconcile.flagdown.svc.cluster.local/",
+	}
+	schedules := map[string]string{}
+	for dir, ms := range map[string][]deploycheck.Manifest{"deploy/knative": r.knative, "deploy/openfaas": r.openfaas} {
+		cj, ok := r.byKind(ms, "CronJob")["flagdown-reconcile-cron"]
+		if !ok {
+			t.Errorf("%s: no CronJob flagdown-reconcile-cron calling reconcile", dir)
+			continue
 		}
+		schedules[dir] = deploycheck.Str(cj.Object, "spec", "schedule")
+		if schedules[dir] == "" || deploycheck.Str(cj.Object, "spec", "concurrencyPolicy") != "Forbid" {
+			t.Errorf("%s CronJob %s: needs a schedule and concurrencyPolicy Forbid", dir, cj.Name())
+		}
+		for _, c := range podContainers(cj) {
+			args := fmt.Sprint(deploycheck.List(c, "args"))
+			if want := fmt.Sprint([]any{"cron", "--url", wantURL[dir]}); args != want {
+				t.Errorf("%s CronJob %s: args %s, want %s", dir, cj.Name(), args, want)
+			}
+		}
+		if keys := secretKeys(cj); !slices.Equal(keys, []string{"flagdown-internal-secret"}) {
+			t.Errorf("%s CronJob %s: secret keys %v, want only flagdown-internal-secret", dir, cj.Name(), keys)
+		}
+	}
+	if schedules["deploy/openfaas"] != schedules["deploy/knative"] {
+		t.Errorf("reconcile CronJob schedules differ: %v", schedules)
 	}
 }
 
