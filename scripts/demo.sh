@@ -7,7 +7,7 @@
 # Environment: GO (default go), FLAGDOWN_ADDR (listen address; default 127.0.0.1:8080, or the next free
 # port if 8080 is taken), REPLAY_ARGS (default: --minutes 20), FLAGDOWN_READY_TIMEOUT (seconds, default 90),
 # SERVICES_ARGS (extra arguments for services.sh up, e.g. --private), FLAGDOWN_BIN (skip the build and
-# use this binary).
+# use this binary), FLAGDOWN_JWT_SECRET (the token secret dev and the replay share; default: random per run).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -104,6 +104,13 @@ BASE_URL="http://$URL_HOST"
 step "$BIN migrate"
 "$BIN" migrate
 
+# Client tokens: flagdown dev and the replay share one HS256 secret; a random one for this run unless
+# FLAGDOWN_JWT_SECRET (or FLAGDOWN_JWKS_URL, which the replay cannot mint for) is set.
+if [ -z "${FLAGDOWN_JWT_SECRET:-}" ] && [ -z "${FLAGDOWN_JWKS_URL:-}" ]; then
+	FLAGDOWN_JWT_SECRET="$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+	export FLAGDOWN_JWT_SECRET
+	log "random FLAGDOWN_JWT_SECRET for this run (mint a token: FLAGDOWN_JWT_SECRET=$FLAGDOWN_JWT_SECRET $BIN token --role rider --sub r-1)"
+fi
 step "$BIN dev --addr $ADDR  (log: $DEV_LOG)"
 mkdir -p .local
 "$BIN" dev --addr "$ADDR" >"$DEV_LOG" 2>&1 </dev/null &

@@ -37,7 +37,9 @@ delivers events to functions through the trigger table in CloudEvents binary mod
 redelivery with backoff on 5xx, dead-letter at once on other 4xx and after
 FLAGDOWN_TRIGGER_MAX_DELIVER attempts), runs the outbox
 relay and the Redis expiry source, calls the reconcile function every FLAGDOWN_RECONCILE_INTERVAL,
-and applies migrations on start. The relay and the expiry source sign events and the cron
+and applies migrations on start. Client tokens are verified with FLAGDOWN_JWT_SECRET (or
+FLAGDOWN_JWKS_URL); with neither set a random secret is generated for the run and logged with the
+flagdown token command that mints tokens for it. The relay and the expiry source sign events and the cron
 authorizes its calls with FLAGDOWN_INTERNAL_SECRET, a random one for the run when it is unset. Stops gracefully on SIGINT/SIGTERM.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load()
@@ -120,6 +122,9 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 		}
 	}()
 	var err error
+	if err := ensureTokenSecret(cfg, log); err != nil {
+		return nil, err
+	}
 	if cfg.InternalSecret == "" {
 		if cfg.InternalSecret, err = randomSecret(); err != nil {
 			return nil, err

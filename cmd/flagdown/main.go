@@ -8,6 +8,7 @@
 //	flagdown verify         check PostgreSQL and Redis against the invariants; exit status 1 on any violation
 //	flagdown chaos          replay trips while killing and restarting the platform, Redis and the relay; check nothing was lost
 //	flagdown cron           call an internal endpoint (reconcile) once with the internal credential
+//	flagdown token          mint a client token (HS256 with FLAGDOWN_JWT_SECRET) for local use
 package main
 
 import (
@@ -27,7 +28,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDevCmd(), newMigrateCmd(), newReplayCmd(), newExpirySourceCmd(), newRelayCmd(), newVerifyCmd(), newChaosCmd(), newCronCmd())
+	root.AddCommand(newDevCmd(), newMigrateCmd(), newReplayCmd(), newExpirySourceCmd(), newRelayCmd(), newVerifyCmd(), newChaosCmd(), newCronCmd(), newTokenCmd())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := root.ExecuteContext(ctx); err != nil {

@@ -64,6 +64,7 @@ func platformReplayOptions(t *testing.T, p *platform) replay.Options {
 	t.Helper()
 	opts := replayOptions(t, p.Addr())
 	opts.VerifyConfig = p.deps.Config
+	opts.JWTSecret, opts.JWTIssuer, opts.JWTAudience = p.deps.Config.JWTSecret, p.deps.Config.JWTIssuer, p.deps.Config.JWTAudience
 	return opts
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flagdown/flagdown/cmd/flagdown/internal/replay"
+	"github.com/flagdown/flagdown/shared/config"
 )
 
 // newReplayCmd builds `flagdown replay`: real NYC taxi trips replayed against a running platform over
@@ -21,7 +22,9 @@ func newReplayCmd() *cobra.Command {
 		Long: `Replay real NYC taxi trips against a running platform through its HTTP API.
 
 Simulated drivers start at real pickup positions, go online and ping POST /function/location-update
-(batched, like a gateway aggregator); they accept or decline the offers they see in the ping answers,
+(batched, like a gateway aggregator, with one ops token; single pings with the driver's own token);
+every simulated driver and rider sends his own HS256 token, minted with FLAGDOWN_JWT_SECRET (the
+platform's secret: in make demo both get the same one); they accept or decline the offers they see in the ping answers,
 drive straight-line to the pickup and the dropoff, and start and complete their rides. Each trip in the
 window becomes an order-create at its real pickup time. Simulated time runs --speedup times faster than
 wall time; the platform's timers (offer window, heartbeat TTL, match retries) are wall time.
@@ -42,7 +45,14 @@ summary, when a count is not 0 or when the check could not run (--verify=false s
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Minutes = float64(minutes)
 			o.Progress = true
-			_, err := replay.Run(cmd.Context(), o, cmd.OutOrStdout())
+			// The tokens are minted with the platform's own secret, read like every flagdown command
+			// reads its configuration (FLAGDOWN_JWT_SECRET or its secret file).
+			cfg, err := config.Load()
+			if err != nil {
+				return err
+			}
+			o.JWTSecret, o.JWTIssuer, o.JWTAudience = cfg.JWTSecret, cfg.JWTIssuer, cfg.JWTAudience
+			_, err = replay.Run(cmd.Context(), o, cmd.OutOrStdout())
 			if errors.Is(err, context.Canceled) {
 				return fmt.Errorf("replay interrupted; partial figures above")
 			}

@@ -10,14 +10,27 @@ import (
 	"time"
 
 	"github.com/flagdown/flagdown/internal/testkit"
+	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/config"
 )
 
-// post sends body as JSON to the platform and decodes the answer into out (when non-nil).
-func post(t *testing.T, p *platform, path string, body, out any) int {
+// post sends body as JSON to the platform as the caller role/sub (a token minted with the
+// platform's secret) and decodes the answer into out (when non-nil).
+func post(t *testing.T, p *platform, role auth.Role, sub, path string, body, out any) int {
 	t.Helper()
 	b, _ := json.Marshal(body)
-	resp, err := http.Post("http://"+p.Addr()+path, "application/json", bytes.NewReader(b))
+	cfg := p.deps.Config
+	tok, err := auth.Mint([]byte(cfg.JWTSecret), cfg.JWTIssuer, cfg.JWTAudience, auth.Identity{Subject: sub, Role: role}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, "http://"+p.Addr()+path, bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("POST %s: %v", path, err)
 	}
@@ -71,7 +84,7 @@ func TestOfferTimeoutRematchesThroughThePlatform(t *testing.T) {
 	near, far := "near-"+id, "far-"+id
 	ping := func(driver string, lat float64) pingAnswer {
 		var a pingAnswer
-		post(t, p, "/function/location-update", map[string]any{"driver_id": driver, "lat": lat, "lng": -73.9855, "status": "available"}, &a)
+		post(t, p, auth.RoleDriver, driver, "/function/location-update", map[string]any{"driver_id": driver, "lat": lat, "lng": -73.9855, "status": "available"}, &a)
 		return a
 	}
 	ping(near, 40.7580)
@@ -79,7 +92,7 @@ func TestOfferTimeoutRematchesThroughThePlatform(t *testing.T) {
 	var ride struct {
 		RideID string `json:"ride_id"`
 	}
-	if code := post(t, p, "/function/order-create", map[string]any{"rider_id": "r-" + id,
+	if code := post(t, p, auth.RoleRider, "r-"+id, "/function/order-create", map[string]any{"rider_id": "r-" + id,
 		"pickup": map[string]float64{"lat": 40.7585, "lng": -73.9855}, "dropoff": map[string]float64{"lat": 40.78, "lng": -73.96}}, &ride); code != http.StatusAccepted {
 		t.Fatalf("order-create answered %d", code)
 	}

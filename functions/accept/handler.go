@@ -1,6 +1,7 @@
 // Package function is the accept function: a driver accepts the ride he was offered.
 //
-// POST /function/accept {"ride_id", "driver_id"}. Only the driver holding the ride's PENDING offer,
+// POST /function/accept {"ride_id", "driver_id"} with a driver token (auth.Require): the driver is
+// the token's sub; driver_id may be left out and, if sent, must be his (else 403). Only the driver holding the ride's PENDING offer,
 // inside its window by PostgreSQL's clock, can win; the state change itself is
 // lifecycle.Service.Accept (offer ACCEPTED, ride REQUESTED → ACCEPTED with a conditional UPDATE,
 // the driver's assignment epoch bumped, ride.accepted in the outbox, then Redis follows). The
@@ -13,6 +14,7 @@ import (
 	"net/http"
 
 	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/lifecycle"
@@ -25,20 +27,26 @@ const Source = "/flagdown/accept"
 type Function struct {
 	d  *app.Deps
 	lc *lifecycle.Service
+	h  http.Handler
 }
 
-// New returns the function over d.
-func New(d *app.Deps) *Function { return &Function{d: d, lc: lifecycle.New(d, Source)} }
+// New returns the function over d; it requires a driver token.
+func New(d *app.Deps) *Function {
+	f := &Function{d: d, lc: lifecycle.New(d, Source)}
+	f.h = auth.Require(d.Auth, d.Log, http.HandlerFunc(f.serve), auth.RoleDriver)
+	return f
+}
 
 var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
 
 // Handle is the OpenFaaS golang-middleware entry point.
 func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }
 
-// Request is the body of an accept.
+// Request is the body of an accept. DriverID is optional (the token says who accepts); when sent
+// it must be the token's sub.
 type Request struct {
 	RideID   string `json:"ride_id"`
-	DriverID string `json:"driver_id"`
+	DriverID string `json:"driver_id,omitempty"`
 }
 
 // Response is the answer to a successful accept.
@@ -49,8 +57,14 @@ type Response struct {
 }
 
 // ServeHTTP handles POST /function/accept.
-func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.h.ServeHTTP(w, r) }
+
+func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 	httpx.Serve(w, r, f.d.Log, http.MethodPost, func() (int, any, error) {
+		id, err := auth.Must(r)
+		if err != nil {
+			return 0, nil, err
+		}
 		var req Request
 		if err := httpx.DecodeJSON(w, r, f.d.Config.MaxBodyBytes, &req); err != nil {
 			return 0, nil, err
@@ -58,7 +72,7 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err := dispatch.ValidateRideID("ride_id", req.RideID); err != nil {
 			return 0, nil, err
 		}
-		if err := dispatch.ValidateID("driver_id", req.DriverID); err != nil {
+		if req.DriverID, err = auth.Self(id, "driver_id", req.DriverID); err != nil {
 			return 0, nil, err
 		}
 		if err := f.lc.Accept(r.Context(), req.RideID, req.DriverID); err != nil {

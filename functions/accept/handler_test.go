@@ -11,6 +11,7 @@ import (
 
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
+	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/pgstore"
@@ -276,7 +277,7 @@ func TestAcceptRejects(t *testing.T) {
 		{"an upper-case ride id", fntest.JSON{"ride_id": strings.ToUpper(rideID), "driver_id": driver}, 400, "ride_id", ""},
 		{"a driver id with a hash tag", fntest.JSON{"ride_id": rideID, "driver_id": "{d-1}"}, 400, "driver_id", ""},
 		{"a driver id with NUL", fntest.JSON{"ride_id": rideID, "driver_id": "d\x001"}, 400, "driver_id", ""},
-		{"an empty driver id", fntest.JSON{"ride_id": rideID, "driver_id": ""}, 400, "driver_id", ""},
+		{"another driver's id", fntest.JSON{"ride_id": rideID, "driver_id": "d-3"}, 403, "driver_id", ""},
 		{"an empty ride id", fntest.JSON{"ride_id": "", "driver_id": driver}, 400, "ride_id", ""},
 		{"an unknown field", `{"ride_id": "` + rideID + `", "driver_id": "d-1", "x": 1}`, 400, "x", ""},
 		{"a number for the driver id", `{"ride_id": "` + rideID + `", "driver_id": 7}`, 400, "driver_id", ""},
@@ -284,7 +285,14 @@ func TestAcceptRejects(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := env.Snapshot(t)
-			status, body := fntest.Do(t, env.Accept, http.MethodPost, "/", tc.body, nil)
+			// As the driver the body names when that is a valid id, else as the offered driver.
+			as := driver
+			if m, ok := tc.body.(fntest.JSON); ok {
+				if d, _ := m["driver_id"].(string); d != "" && d != "d-3" && dispatch.ValidateID("driver_id", d) == nil {
+					as = d
+				}
+			}
+			status, body := fntest.Do(t, env.Accept, http.MethodPost, "/", tc.body, env.As(auth.RoleDriver, as))
 			if got, want := status, tc.wantStatus; got != want {
 				t.Fatalf("status = %d, want %d (%v)", got, want, body)
 			}

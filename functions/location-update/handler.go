@@ -4,6 +4,11 @@
 // driver's heartbeat and state and, for available drivers, his place in the available-drivers GEO
 // set, all in one Redis round trip per call. The answer carries each driver's live offer so a
 // polling driver app learns of offers within one ping interval. See the README's HTTP API.
+//
+// Callers (auth.Require): a driver pings only as himself (every ping's driver_id is his token's sub
+// or left out), so an answer only ever carries his own offer; an ops token (a gateway aggregator,
+// the replay) may send batches for many drivers, each ping naming its driver_id, and gets each
+// driver's offer in that driver's result.
 package function
 
 import (
@@ -16,6 +21,7 @@ import (
 	"time"
 
 	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/redisstore"
@@ -25,10 +31,15 @@ import (
 type Function struct {
 	d   *app.Deps
 	now func() time.Time
+	h   http.Handler
 }
 
-// New returns the function over d.
-func New(d *app.Deps) *Function { return &Function{d: d, now: d.Config.Now} }
+// New returns the function over d; it requires a driver or ops token.
+func New(d *app.Deps) *Function {
+	f := &Function{d: d, now: d.Config.Now}
+	f.h = auth.Require(d.Auth, d.Log, http.HandlerFunc(f.serve), auth.RoleDriver, auth.RoleOps)
+	return f
+}
 
 var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
 
@@ -37,7 +48,8 @@ func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }
 
 // PingRequest is one ping as sent by a driver's app.
 type PingRequest struct {
-	// DriverID identifies the driver (1..128 printable bytes).
+	// DriverID identifies the driver (dispatch.ValidateID). A driver may leave it out (it is his
+	// token's sub) and may only name himself; an ops caller must name the driver of every ping.
 	DriverID string `json:"driver_id"`
 	// Lat is the latitude in WGS84 degrees, |lat| <= 85.05112878.
 	Lat *float64 `json:"lat"`
@@ -69,8 +81,14 @@ type PingResponse struct {
 }
 
 // ServeHTTP handles POST /function/location-update.
-func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.h.ServeHTTP(w, r) }
+
+func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 	httpx.Serve(w, r, f.d.Log, http.MethodPost, func() (int, any, error) {
+		id, err := auth.Must(r)
+		if err != nil {
+			return 0, nil, err
+		}
 		var raw json.RawMessage
 		if err := httpx.DecodeJSON(w, r, f.d.Config.MaxBodyBytes, &raw); err != nil {
 			return 0, nil, err
@@ -79,7 +97,7 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		pings, err := f.validate(reqs, single)
+		pings, err := f.validate(reqs, single, id)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -154,7 +172,9 @@ func strictUnmarshal(raw json.RawMessage, v any) error {
 	return nil
 }
 
-func (f *Function) validate(reqs []PingRequest, single bool) ([]redisstore.Ping, error) {
+// validate checks the pings and whose they are: a driver's pings are all his own (driver_id empty
+// or his sub, else 403), an operator's name their drivers.
+func (f *Function) validate(reqs []PingRequest, single bool, id auth.Identity) ([]redisstore.Ping, error) {
 	now := f.now()
 	out := make([]redisstore.Ping, len(reqs))
 	for i, p := range reqs {
@@ -163,6 +183,13 @@ func (f *Function) validate(reqs []PingRequest, single bool) ([]redisstore.Ping,
 				return s
 			}
 			return fmt.Sprintf("pings[%d].%s", i, s)
+		}
+		if id.Role == auth.RoleDriver {
+			self, err := auth.Self(id, field("driver_id"), p.DriverID)
+			if err != nil {
+				return nil, err
+			}
+			p.DriverID = self
 		}
 		if err := dispatch.ValidateID(field("driver_id"), p.DriverID); err != nil {
 			return nil, err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
+	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 )
@@ -78,7 +79,7 @@ func TestLocationUpdateRejectsBadInputAndWritesNothing(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := env.Snapshot(t)
-			status, body := fntest.Do(t, env.Location, http.MethodPost, "/", tc.body, nil)
+			status, body := fntest.Do(t, env.Location, http.MethodPost, "/", tc.body, env.Ops())
 			if got, want := status, tc.wantStatus; got != want {
 				t.Fatalf("status = %d, want %d (%v)", got, want, body)
 			}
@@ -135,7 +136,7 @@ func TestPingRules(t *testing.T) {
 		t.Helper()
 		status, body := fntest.Do(t, env.Location, http.MethodPost, "/", fntest.JSON{
 			"driver_id": driver, "lat": p.Lat, "lng": p.Lng, "ts": ts(at), "status": "available",
-		}, nil)
+		}, env.As(auth.RoleDriver, driver))
 		if status != http.StatusOK {
 			t.Fatalf("status %d: %v", status, body)
 		}
@@ -193,7 +194,7 @@ func TestPingRules(t *testing.T) {
 			p("b-2", t0, "paused"),
 			p("b-1", t0.Add(-time.Second), "available"),
 			p("b-3", t0, "offline"),
-		}}, nil)
+		}}, env.Ops())
 		if status != http.StatusOK {
 			t.Fatalf("status %d: %v", status, body)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
+	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 )
@@ -25,11 +26,11 @@ func TestNearbyAnswersLatLngInOurOrderNearestFirst(t *testing.T) {
 	if status, body := fntest.Do(t, env.Location, http.MethodPost, "/", fntest.JSON{
 		"driver_id": "d-paused", "lat": center.Lat, "lng": center.Lng, "status": "paused",
 		"ts": time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano), // after his first ping
-	}, nil); status != http.StatusOK || body["status"] != "paused" {
+	}, env.As(auth.RoleDriver, "d-paused")); status != http.StatusOK || body["status"] != "paused" {
 		t.Fatalf("pause: %d %v", status, body)
 	}
 
-	status, body := fntest.Do(t, env.Nearby, http.MethodGet, "/?lat=40.7128&lng=-74.0060&radius_m=1000", nil, nil)
+	status, body := fntest.Do(t, env.Nearby, http.MethodGet, "/?lat=40.7128&lng=-74.0060&radius_m=1000", nil, env.Ops())
 	if status != http.StatusOK {
 		t.Fatalf("status %d: %v", status, body)
 	}
@@ -63,7 +64,7 @@ func TestNearbyLeavesOutDriversWhoseHeartbeatExpired(t *testing.T) {
 		return err == nil && n == 0
 	})
 	env.Ping(t, "d-alive", fntest.Offset(center, 100, 0))
-	status, body := fntest.Do(t, env.Nearby, http.MethodGet, "/?lat=40.7128&lng=-74.0060", nil, nil)
+	status, body := fntest.Do(t, env.Nearby, http.MethodGet, "/?lat=40.7128&lng=-74.0060", nil, env.Ops())
 	if status != http.StatusOK {
 		t.Fatalf("status %d: %v", status, body)
 	}
@@ -99,7 +100,7 @@ func TestNearbyRejectsBadQueries(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			status, body := fntest.Do(t, env.Nearby, http.MethodGet, "/?"+tc.query, nil, nil)
+			status, body := fntest.Do(t, env.Nearby, http.MethodGet, "/?"+tc.query, nil, env.As(auth.RoleRider, "r-1"))
 			if got, want := status, http.StatusBadRequest; got != want {
 				t.Fatalf("status = %d, want %d (%v)", got, want, body)
 			}

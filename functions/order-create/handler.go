@@ -4,6 +4,10 @@
 // optional Idempotency-Key header. The ride is inserted REQUESTED with a fare estimate together with
 // its ride.requested outbox row in one transaction; the relay then publishes the event that triggers
 // matching. Answers 202 (200 when the Idempotency-Key names an existing ride).
+//
+// Callers need a rider token (auth.Require); the ride is the token's subject's: rider_id may be left
+// out and, if sent, must be his (else 403). So the 409 rider_has_open_ride, which names the open
+// ride in details.ride_id, only ever answers the rider whose ride it is.
 package function
 
 import (
@@ -15,6 +19,7 @@ import (
 
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/pgstore"
@@ -29,10 +34,17 @@ const Source = "/flagdown/order-create"
 const MaxIdempotencyKeyLen = 128
 
 // Function serves ride requests.
-type Function struct{ d *app.Deps }
+type Function struct {
+	d *app.Deps
+	h http.Handler
+}
 
-// New returns the function over d.
-func New(d *app.Deps) *Function { return &Function{d: d} }
+// New returns the function over d; it requires a rider token.
+func New(d *app.Deps) *Function {
+	f := &Function{d: d}
+	f.h = auth.Require(d.Auth, d.Log, http.HandlerFunc(f.serve), auth.RoleRider)
+	return f
+}
 
 var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
 
@@ -47,9 +59,8 @@ type PointRequest struct {
 
 // Request is the body of a ride request.
 type Request struct {
-	// RiderID identifies the rider: 1..dispatch.MaxIDLen (128) bytes of ASCII letters, digits and
-	// dispatch.IDPunctuation (see dispatch.ValidateID).
-	RiderID string `json:"rider_id"`
+	// RiderID is optional: the rider is the token's sub, and a rider_id sent must be that sub.
+	RiderID string `json:"rider_id,omitempty"`
 	// Pickup and Dropoff must lie in the service area (FLAGDOWN_SERVICE_AREA).
 	Pickup  *PointRequest `json:"pickup"`
 	Dropoff *PointRequest `json:"dropoff"`
@@ -67,10 +78,19 @@ type Response struct {
 }
 
 // ServeHTTP handles POST /function/order-create.
-func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.h.ServeHTTP(w, r) }
+
+func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 	httpx.Serve(w, r, f.d.Log, http.MethodPost, func() (int, any, error) {
+		id, err := auth.Must(r)
+		if err != nil {
+			return 0, nil, err
+		}
 		var req Request
 		if err := httpx.DecodeJSON(w, r, f.d.Config.MaxBodyBytes, &req); err != nil {
+			return 0, nil, err
+		}
+		if req.RiderID, err = auth.Self(id, "rider_id", req.RiderID); err != nil {
 			return 0, nil, err
 		}
 		key := r.Header.Get("Idempotency-Key")

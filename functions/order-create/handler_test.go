@@ -15,6 +15,7 @@ import (
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
+	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 )
@@ -59,7 +60,7 @@ func TestOrderCreateRejectsBadInputAndWritesNothing(t *testing.T) {
 		{"unknown nested field", body(`{"lat": 40.75, "lng": -73.98, "alt": 3}`, okDO), nil, 400, "alt", "not a known field"},
 		{"trailing bytes after the JSON", body(okPU, okDO) + `{}`, nil, 400, "body", "trailing"},
 		{"body over the size limit", `{"rider_id": "` + strings.Repeat("r", 1100) + `"}`, nil, 413, "body", "at most 1024 bytes"},
-		{"empty rider id", `{"rider_id": "", "pickup": ` + okPU + `, "dropoff": ` + okDO + `}`, nil, 400, "rider_id", "is required"},
+		{"another rider's id", `{"rider_id": "r-2", "pickup": ` + okPU + `, "dropoff": ` + okDO + `}`, nil, 403, "rider_id", "token's subject"},
 		{"rider id over 128 bytes", `{"rider_id": "` + strings.Repeat("r", 129) + `", "pickup": ` + okPU + `, "dropoff": ` + okDO + `}`, nil, 400, "rider_id", "at most 128"},
 		{"missing dropoff", `{"rider_id": "r-1", "pickup": ` + okPU + `}`, nil, 400, "dropoff", "is required"},
 		{"missing pickup lng", body(`{"lat": 40.75}`, okDO), nil, 400, "pickup.lng", "is required"},
@@ -133,7 +134,7 @@ func TestOrderCreateRejectsUnsafeIDsAndKeys(t *testing.T) {
 			{"r-key", "{client} key é 🚕 " + strings.Repeat("é", 50)},
 		} {
 			status, body := fntest.Do(t, env.Order, http.MethodPost, "/", order(tc.rider, pickup, dropoff),
-				map[string]string{"Idempotency-Key": tc.key})
+				env.AsWith(auth.RoleRider, tc.rider, map[string]string{"Idempotency-Key": tc.key}))
 			if got, want := status, http.StatusAccepted; got != want {
 				t.Fatalf("%d: status = %d, want %d (%v)", i, got, want, body)
 			}
@@ -144,7 +145,7 @@ func TestOrderCreateRejectsUnsafeIDsAndKeys(t *testing.T) {
 func assertRejected(t *testing.T, env *fntest.Env, body string, headers map[string]string, wantStatus int, wantField, wantRule string) {
 	t.Helper()
 	before := env.Snapshot(t)
-	status, answer := fntest.Do(t, env.Order, http.MethodPost, "/", body, headers)
+	status, answer := fntest.Do(t, env.Order, http.MethodPost, "/", body, env.AsWith(auth.RoleRider, "r-1", headers))
 	if got, want := status, wantStatus; got != want {
 		t.Fatalf("status = %d, want %d (%v)", got, want, answer)
 	}
@@ -198,7 +199,7 @@ func TestOrderCreateRejectsDirtyTaxiRows(t *testing.T) {
 		t.Run(fmt.Sprintf("line %d %s", i+2, wantField), func(t *testing.T) {
 			raw := fmt.Sprintf(`{"rider_id": "r-dirty", "pickup": {"lat": %s, "lng": %s}, "dropoff": {"lat": %s, "lng": %s}}`,
 				row[1], row[2], row[3], row[4])
-			status, answer := fntest.Do(t, env.Order, http.MethodPost, "/", raw, nil)
+			status, answer := fntest.Do(t, env.Order, http.MethodPost, "/", raw, env.As(auth.RoleRider, "r-dirty"))
 			if got, want := status, http.StatusBadRequest; got != want {
 				t.Fatalf("status = %d, want %d (%v)", got, want, answer)
 			}
@@ -223,7 +224,7 @@ func TestOrderCreate(t *testing.T) {
 	t.Run("answers 202 with the fare estimate and writes the ride with its ride.requested outbox row", func(t *testing.T) {
 		t.Parallel()
 		env := fntest.NewEnv(t, nil)
-		status, body := fntest.Do(t, env.Order, http.MethodPost, "/", order("r-1", pickup, dropoff), nil)
+		status, body := fntest.Do(t, env.Order, http.MethodPost, "/", order("r-1", pickup, dropoff), env.As(auth.RoleRider, "r-1"))
 		if got, want := status, http.StatusAccepted; got != want {
 			t.Fatalf("status = %d, want %d (%v)", got, want, body)
 		}
@@ -279,7 +280,7 @@ func TestOrderCreate(t *testing.T) {
 	t.Run("the same Idempotency-Key replays the same ride with 200", func(t *testing.T) {
 		t.Parallel()
 		env := fntest.NewEnv(t, nil)
-		key := map[string]string{"Idempotency-Key": "k-1"}
+		key := env.AsWith(auth.RoleRider, "r-1", map[string]string{"Idempotency-Key": "k-1"})
 		s1, b1 := fntest.Do(t, env.Order, http.MethodPost, "/", order("r-1", pickup, dropoff), key)
 		s2, b2 := fntest.Do(t, env.Order, http.MethodPost, "/", order("r-1", pickup, dropoff), key)
 		if s1 != http.StatusAccepted || s2 != http.StatusOK {
@@ -296,7 +297,7 @@ func TestOrderCreate(t *testing.T) {
 	t.Run("the same Idempotency-Key with a different body is a conflict", func(t *testing.T) {
 		t.Parallel()
 		env := fntest.NewEnv(t, nil)
-		key := map[string]string{"Idempotency-Key": "k-1"}
+		key := env.AsWith(auth.RoleRider, "r-1", map[string]string{"Idempotency-Key": "k-1"})
 		_, b1 := fntest.Do(t, env.Order, http.MethodPost, "/", order("r-1", pickup, dropoff), key)
 		before := env.Snapshot(t)
 		status, body := fntest.Do(t, env.Order, http.MethodPost, "/", order("r-1", pickup, fntest.Offset(dropoff, 500, 0)), key)
@@ -326,7 +327,7 @@ func TestOrderCreate(t *testing.T) {
 			wg.Go(func() {
 				var body fntest.JSON
 				statuses[i], body = fntest.Do(t, env.Order, http.MethodPost, "/", order("r-1", pickup, dropoff),
-					map[string]string{"Idempotency-Key": "k-race"})
+					env.AsWith(auth.RoleRider, "r-1", map[string]string{"Idempotency-Key": "k-race"}))
 				ids[i] = body["ride_id"]
 			})
 		}
@@ -358,7 +359,7 @@ func TestOrderCreate(t *testing.T) {
 		env := fntest.NewEnv(t, nil)
 		first := env.CreateRide(t, "r-1", pickup, dropoff)
 		before := env.Snapshot(t)
-		status, body := fntest.Do(t, env.Order, http.MethodPost, "/", order("r-1", dropoff, pickup), nil)
+		status, body := fntest.Do(t, env.Order, http.MethodPost, "/", order("r-1", dropoff, pickup), env.As(auth.RoleRider, "r-1"))
 		if got, want := status, http.StatusConflict; got != want {
 			t.Fatalf("status = %d, want %d (%v)", got, want, body)
 		}
@@ -379,7 +380,7 @@ func TestOrderCreate(t *testing.T) {
 	t.Run("only POST is allowed", func(t *testing.T) {
 		t.Parallel()
 		env := fntest.NewEnv(t, nil)
-		status, body := fntest.Do(t, env.Order, http.MethodGet, "/", nil, nil)
+		status, body := fntest.Do(t, env.Order, http.MethodGet, "/", nil, env.As(auth.RoleRider, "r-1"))
 		if got, want := status, http.StatusMethodNotAllowed; got != want {
 			t.Errorf("status = %d, want %d (%v)", got, want, body)
 		}

@@ -7,6 +7,15 @@
 //	POST /function/ride/{id}/complete {driver_id} IN_PROGRESS → COMPLETED; the driver is available at the dropoff
 //	POST /function/ride/{id}/cancel   {by, rider_id | driver_id, reason}
 //
+// Callers need a token (auth.Require; roles driver, rider, ops) and act only as its subject: ids in
+// the body may be left out and, when sent, must be the token's sub (else 403). GET answers the
+// ride's rider, the driver the ride names (driver_id: from accept on, kept after COMPLETED or a
+// rider's cancel, cleared when the ride is re-opened), and ops; anyone else gets 404 not_found, as
+// for a ride that does not exist. decline, start and complete are a driver's; cancel is the rider's
+// (by "rider") or the driver's (by "driver"; by defaults to the caller's role); ops only read. An
+// action that fails for a caller who is not a party of the ride (its rider, its driver, a driver it
+// was offered to) answers 404 too, so nobody learns another ride's status.
+//
 // Every action is a state change of lifecycle.Service.Act (transition check with
 // dispatch.Transition, conditional UPDATE, outbox row, then Redis); an action the current status
 // forbids answers 409 illegal_transition naming the current status. The driver's live position is
@@ -21,6 +30,7 @@ import (
 	"time"
 
 	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/lifecycle"
@@ -35,10 +45,15 @@ const Source = "/flagdown/ride"
 type Function struct {
 	d  *app.Deps
 	lc *lifecycle.Service
+	h  http.Handler
 }
 
-// New returns the function over d.
-func New(d *app.Deps) *Function { return &Function{d: d, lc: lifecycle.New(d, Source)} }
+// New returns the function over d; it requires a driver, rider or ops token.
+func New(d *app.Deps) *Function {
+	f := &Function{d: d, lc: lifecycle.New(d, Source)}
+	f.h = auth.Require(d.Auth, d.Log, http.HandlerFunc(f.serve), auth.RoleDriver, auth.RoleRider, auth.RoleOps)
+	return f
+}
 
 var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
 
@@ -46,8 +61,10 @@ var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
 // /function/ride, i.e. /{id} or /{id}/{action}.
 func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }
 
-// ActionRequest is the body of a POST action. decline, start and complete need driver_id; cancel
-// needs by ("rider" or "driver") and the matching rider_id or driver_id, and takes an optional reason.
+// ActionRequest is the body of a POST action (every field optional: the token says who acts).
+// decline, start and complete take driver_id; cancel takes by ("rider" or "driver", default the
+// caller's role, which it must match), the matching rider_id or driver_id and an optional reason.
+// An id sent must be the token's sub.
 type ActionRequest struct {
 	DriverID string `json:"driver_id,omitempty"`
 	RiderID  string `json:"rider_id,omitempty"`
@@ -85,8 +102,10 @@ type View struct {
 	CancelledAt    *time.Time               `json:"cancelled_at"`
 }
 
-// ServeHTTP routes GET /{id} and POST /{id}/{action}.
-func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP routes GET /{id} and POST /{id}/{action}, behind auth.Require.
+func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.h.ServeHTTP(w, r) }
+
+func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	var err error
 	switch {
@@ -109,10 +128,14 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (f *Function) get(w http.ResponseWriter, r *http.Request, id string) error {
+	who, err := auth.Must(r)
+	if err != nil {
+		return err
+	}
 	if err := dispatch.ValidateRideID("ride_id", id); err != nil {
 		return err
 	}
-	v, err := f.view(r.Context(), id)
+	v, err := f.view(r.Context(), id, func(ride *dispatch.Ride) bool { return mayRead(who, ride) })
 	if err != nil {
 		return err
 	}
@@ -120,10 +143,27 @@ func (f *Function) get(w http.ResponseWriter, r *http.Request, id string) error 
 	return nil
 }
 
-func (f *Function) view(ctx context.Context, id string) (*View, error) {
+// mayRead reports whether who may read ride: ops, its rider, or the driver it names.
+func mayRead(who auth.Identity, ride *dispatch.Ride) bool {
+	switch who.Role {
+	case auth.RoleOps:
+		return true
+	case auth.RoleRider:
+		return ride.RiderID == who.Subject
+	case auth.RoleDriver:
+		return ride.DriverID != "" && ride.DriverID == who.Subject
+	}
+	return false
+}
+
+// view reads ride id as the API shows it; a ride allow refuses is not found, like a missing one.
+func (f *Function) view(ctx context.Context, id string, allow func(*dispatch.Ride) bool) (*View, error) {
 	ride, err := pgstore.GetRide(ctx, f.d.DB.Pool, id, false)
 	if err != nil {
 		return nil, err
+	}
+	if !allow(ride) {
+		return nil, dispatch.NotFound("ride", id)
 	}
 	v := &View{
 		RideID: ride.ID, RiderID: ride.RiderID, Status: ride.Status, DriverID: ride.DriverID,
@@ -142,46 +182,104 @@ func (f *Function) view(ctx context.Context, id string) (*View, error) {
 }
 
 func (f *Function) act(w http.ResponseWriter, r *http.Request, id string, action dispatch.Action) error {
+	who, err := auth.Must(r)
+	if err != nil {
+		return err
+	}
 	var req ActionRequest
 	if err := httpx.DecodeJSON(w, r, f.d.Config.MaxBodyBytes, &req); err != nil {
 		return err
 	}
-	actor, actorID, err := validate(action, &req)
+	actor, actorID, err := validate(action, &req, who)
 	if err != nil {
 		return err
 	}
 	if err := dispatch.ValidateRideID("ride_id", id); err != nil {
 		return err
 	}
-	if err := f.lc.Act(r.Context(), id, action, actor, actorID, req.Reason); err != nil {
+	ctx := r.Context()
+	if err := f.lc.Act(ctx, id, action, actor, actorID, req.Reason); err != nil {
+		if party, perr := f.party(ctx, id, who); perr == nil && !party {
+			return dispatch.NotFound("ride", id)
+		}
 		return err
 	}
-	return f.get(w, r, id)
+	// The actor was allowed to act (lifecycle checked him), so he sees the result even when it no
+	// longer names him (a driver's cancel re-opens the ride without him).
+	v, err := f.view(ctx, id, func(*dispatch.Ride) bool { return true })
+	if err != nil {
+		return err
+	}
+	httpx.WriteJSON(w, http.StatusOK, v)
+	return nil
 }
 
-// validate checks an action's body and returns who acts.
-func validate(action dispatch.Action, req *ActionRequest) (dispatch.Actor, string, error) {
+// party reports whether who has a part in ride id (its rider, its driver, a driver it was offered
+// to): only a party may learn why an action on it failed. A missing ride is no one's.
+func (f *Function) party(ctx context.Context, id string, who auth.Identity) (bool, error) {
+	ride, err := pgstore.GetRide(ctx, f.d.DB.Pool, id, false)
+	if dispatch.ErrorCode(err) == dispatch.CodeNotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	switch who.Role {
+	case auth.RoleRider:
+		return ride.RiderID == who.Subject, nil
+	case auth.RoleDriver:
+		if ride.DriverID == who.Subject {
+			return true, nil
+		}
+		return pgstore.WasOffered(ctx, f.d.DB.Pool, id, who.Subject)
+	}
+	return false, nil
+}
+
+// validate checks an action's body against the caller and returns who acts: the caller himself,
+// in the role the action needs (a driver for decline, start, complete; the rider or the driver, as
+// by says, for cancel). A wrong role or an id other than the caller's is 403.
+func validate(action dispatch.Action, req *ActionRequest, who auth.Identity) (dispatch.Actor, string, error) {
 	switch action {
 	case dispatch.ActionDecline, dispatch.ActionStart, dispatch.ActionComplete:
 		if req.RiderID != "" || req.By != "" || req.Reason != "" {
 			return "", "", dispatch.Invalid("body", "must hold only driver_id for "+string(action))
 		}
-		return dispatch.ActorDriver, req.DriverID, dispatch.ValidateID("driver_id", req.DriverID)
+		if who.Role != auth.RoleDriver {
+			return "", "", dispatch.PermissionDenied("role", "must be driver to "+string(action))
+		}
+		id, err := auth.Self(who, "driver_id", req.DriverID)
+		return dispatch.ActorDriver, id, err
 	case dispatch.ActionCancel:
 		if err := dispatch.ValidateText("reason", req.Reason, MaxReasonBytes); err != nil {
 			return "", "", err
 		}
-		switch req.By {
+		by := req.By
+		if by == "" {
+			by = string(who.Role)
+		}
+		switch by {
 		case "rider":
 			if req.DriverID != "" {
 				return "", "", dispatch.Invalid("driver_id", "must be empty when by is rider")
 			}
-			return dispatch.ActorRider, req.RiderID, dispatch.ValidateID("rider_id", req.RiderID)
+			if who.Role != auth.RoleRider {
+				return "", "", dispatch.PermissionDenied("by", "must be the caller's role (a rider cancels by rider)")
+			}
+			id, err := auth.Self(who, "rider_id", req.RiderID)
+			return dispatch.ActorRider, id, err
 		case "driver":
 			if req.RiderID != "" {
 				return "", "", dispatch.Invalid("rider_id", "must be empty when by is driver")
 			}
-			return dispatch.ActorDriver, req.DriverID, dispatch.ValidateID("driver_id", req.DriverID)
+			if who.Role != auth.RoleDriver {
+				return "", "", dispatch.PermissionDenied("by", "must be the caller's role (a driver cancels by driver)")
+			}
+			id, err := auth.Self(who, "driver_id", req.DriverID)
+			return dispatch.ActorDriver, id, err
+		}
+		if req.By == "" {
+			return "", "", dispatch.PermissionDenied("role", "must be rider or driver to cancel")
 		}
 		return "", "", dispatch.Invalid("by", "must be rider or driver")
 	}

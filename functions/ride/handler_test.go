@@ -10,6 +10,7 @@ import (
 
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
+	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 )
@@ -306,9 +307,9 @@ func TestRideRejects(t *testing.T) {
 		wantStatus int
 		wantField  string
 	}{
-		{"another driver starts the ride", http.MethodPost, "/" + rideID + "/start", fntest.JSON{"driver_id": "d-other"}, 403, "driver_id"},
-		{"another rider cancels the ride", http.MethodPost, "/" + rideID + "/cancel", fntest.JSON{"by": "rider", "rider_id": "r-other"}, 403, "rider_id"},
-		{"a cancel without by", http.MethodPost, "/" + rideID + "/cancel", fntest.JSON{"rider_id": "r-1"}, 400, "by"},
+		{"another driver starts the ride", http.MethodPost, "/" + rideID + "/start", fntest.JSON{"driver_id": "d-other"}, 404, ""},
+		{"another rider cancels the ride", http.MethodPost, "/" + rideID + "/cancel", fntest.JSON{"by": "rider", "rider_id": "r-other"}, 404, ""},
+		{"a cancel by nobody", http.MethodPost, "/" + rideID + "/cancel", fntest.JSON{"by": "nobody", "rider_id": "r-1"}, 400, "by"},
 		{"an unknown action", http.MethodPost, "/" + rideID + "/teleport", fntest.JSON{"driver_id": driver}, 400, "action"},
 		{"a start with a rider id", http.MethodPost, "/" + rideID + "/start", fntest.JSON{"driver_id": driver, "rider_id": "r-1"}, 400, "body"},
 		{"an unknown field", http.MethodPost, "/" + rideID + "/start", `{"driver_id": "d-1", "speed": 3}`, 400, "speed"},
@@ -324,7 +325,20 @@ func TestRideRejects(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := env.Snapshot(t)
-			status, body := fntest.Do(t, env.Ride, tc.method, tc.path, tc.body, nil)
+			// As the actor the body names (fntest.Env.RideAction), or as ops for a bodiless request.
+			headers := env.Ops()
+			if m, ok := tc.body.(fntest.JSON); ok {
+				if r, _ := m["rider_id"].(string); r != "" {
+					headers = env.As(auth.RoleRider, r)
+				} else if d, _ := m["driver_id"].(string); d != "" && dispatch.ValidateID("driver_id", d) == nil {
+					headers = env.As(auth.RoleDriver, d)
+				} else {
+					headers = env.As(auth.RoleDriver, driver)
+				}
+			} else if tc.body != nil {
+				headers = env.As(auth.RoleDriver, driver)
+			}
+			status, body := fntest.Do(t, env.Ride, tc.method, tc.path, tc.body, headers)
 			if got, want := status, tc.wantStatus; got != want {
 				t.Fatalf("status = %d, want %d (%v)", got, want, body)
 			}
@@ -336,15 +350,15 @@ func TestRideRejects(t *testing.T) {
 			}
 		})
 	}
-	t.Run("a decline by a driver without the offer", func(t *testing.T) {
+	t.Run("a decline by a driver the ride was never offered to is not found", func(t *testing.T) {
 		env := fntest.NewEnv(t, nil)
 		rideID, _ := offered(t, env, "d-1")
 		status, body := env.RideAction(t, rideID, "decline", fntest.JSON{"driver_id": "d-other"})
-		if got, want := status, http.StatusConflict; got != want {
+		if got, want := status, http.StatusNotFound; got != want {
 			t.Fatalf("status = %d, want %d (%v)", got, want, body)
 		}
-		if got, want := fntest.ErrorOf(t, body).Reason, dispatch.ReasonNotYourOffer; got != want {
-			t.Errorf("reason = %q, want %q", got, want)
+		if got, want := fntest.ErrorOf(t, body).Code, "not_found"; got != want {
+			t.Errorf("code = %q, want %q", got, want)
 		}
 	})
 }

@@ -21,6 +21,7 @@ import (
 	ordercreate "github.com/flagdown/flagdown/functions/order-create"
 	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/auth"
 )
 
 // eventFunctions builds each function events.Triggers routes to. A new trigger row needs its
@@ -96,6 +97,11 @@ func createRide(t *testing.T, d *app.Deps) string {
 	defer srv.Close()
 	req, _ := http.NewRequest(http.MethodPost, srv.URL, jsonBody(`{"rider_id":"r-broker","pickup":{"lat":40.75,"lng":-73.98},"dropoff":{"lat":40.76,"lng":-73.97}}`))
 	req.Header.Set("Content-Type", "application/json")
+	tok, err := auth.Mint([]byte(d.Config.JWTSecret), d.Config.JWTIssuer, d.Config.JWTAudience, auth.Identity{Subject: "r-broker", Role: auth.RoleRider}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

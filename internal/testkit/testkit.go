@@ -25,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/pgstore"
@@ -146,7 +147,9 @@ func InternalKeys() *internalauth.Keys {
 }
 
 // Deps builds function dependencies over a fresh schema and Redis prefix (see DB and Redis), with
-// the default configuration changed by tune (may be nil). Everything is removed when t ends.
+// the default configuration changed by tune (may be nil). The configuration has a random HS256
+// FLAGDOWN_JWT_SECRET (tune sees it and may change it), and Auth verifies tokens minted with it.
+// Everything is removed when t ends.
 func Deps(t testing.TB, tune func(*config.Config)) *app.Deps {
 	t.Helper()
 	cfg, err := config.FromEnv(map[string]string{})
@@ -158,9 +161,15 @@ func Deps(t testing.TB, tune func(*config.Config)) *app.Deps {
 	cfg.DatabaseURL, cfg.DatabaseSchema = DatabaseURL(), db.Schema
 	cfg.RedisURL, cfg.RedisPrefix = RedisURL(), prefix
 	cfg.InternalSecret = InternalSecret // FLAGDOWN_INTERNAL_SECRET; tune may change it
+	cfg.JWTSecret = "test-secret-" + ID() + ID() + ID()
 	if tune != nil {
 		tune(cfg)
 	}
+	v, err := auth.FromConfig(cfg)
+	if err != nil {
+		t.Fatalf("testkit: token verifier: %v", err)
+	}
+	t.Cleanup(v.Close)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -170,6 +179,7 @@ func Deps(t testing.TB, tune func(*config.Config)) *app.Deps {
 		DB:     db,
 		Redis:  app.NewStore(rdb, cfg),
 		Log:    log,
+		Auth:   v,
 	}
 }
 

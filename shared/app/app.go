@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
@@ -29,6 +30,9 @@ type Deps struct {
 	DB     *pgstore.DB
 	Redis  *redisstore.Store
 	Log    *slog.Logger
+	// Auth verifies client tokens (auth.FromConfig); nil when no key source is configured, and then
+	// every client-facing function answers 503 (auth.Require).
+	Auth *auth.Verifier
 
 	internalOnce sync.Once
 	internal     *internalauth.Keys
@@ -57,7 +61,13 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Deps, err
 		db.Close()
 		return nil, err
 	}
-	return &Deps{Config: cfg, DB: db, Redis: NewStore(rdb, cfg), Log: log}, nil
+	v, err := auth.FromConfig(cfg)
+	if err != nil {
+		db.Close()
+		_ = rdb.Close()
+		return nil, err
+	}
+	return &Deps{Config: cfg, DB: db, Redis: NewStore(rdb, cfg), Log: log, Auth: v}, nil
 }
 
 // NewStore returns the Redis store over rdb configured as cfg says (prefix, heartbeat TTL, speed
@@ -68,8 +78,9 @@ func NewStore(rdb redis.UniversalClient, cfg *config.Config) *redisstore.Store {
 	return s
 }
 
-// Close releases the pools.
+// Close releases the pools and stops the token verifier's key refresh.
 func (d *Deps) Close() {
+	d.Auth.Close()
 	d.DB.Close()
 	_ = d.Redis.Client().Close()
 }

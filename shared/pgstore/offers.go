@@ -101,3 +101,13 @@ func HasLiveOffer(ctx context.Context, q Querier, rideID string) (bool, error) {
 	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM offers WHERE ride_id = $1 AND status = 'PENDING' AND expires_at > now())`, rideID).Scan(&live)
 	return live, pgErr(err)
 }
+
+// WasOffered reports whether rideID was ever offered to driverID (an offer row in any status).
+func WasOffered(ctx context.Context, q Querier, rideID, driverID string) (bool, error) {
+	var ok bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM offers WHERE ride_id = $1 AND driver_id = $2)`, rideID, driverID).Scan(&ok)
+	if err != nil {
+		return false, pgErr(err)
+	}
+	return ok, nil
+}

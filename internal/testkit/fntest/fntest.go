@@ -34,6 +34,7 @@ import (
 	ride "github.com/flagdown/flagdown/functions/ride"
 	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/cloudevent"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
@@ -129,6 +130,35 @@ type Env struct {
 	Nearby http.Handler
 }
 
+// Token returns a valid HS256 token (one hour) for role and sub, signed with the Env's secret
+// (Config.JWTSecret), the way a client of this deployment would hold one.
+func (e *Env) Token(role auth.Role, sub string) string {
+	tok, err := auth.Mint([]byte(e.D.Config.JWTSecret), e.D.Config.JWTIssuer, e.D.Config.JWTAudience,
+		auth.Identity{Subject: sub, Role: role}, time.Hour)
+	if err != nil {
+		panic("fntest: mint token: " + err.Error())
+	}
+	return tok
+}
+
+// As returns the request headers of a caller with role and sub: {"Authorization": "Bearer <token>"}.
+// Pass it as Do's headers (add more keys to it as needed).
+func (e *Env) As(role auth.Role, sub string) map[string]string {
+	return map[string]string{"Authorization": "Bearer " + e.Token(role, sub)}
+}
+
+// AsWith returns As(role, sub) with the headers of extra added (extra is not modified).
+func (e *Env) AsWith(role auth.Role, sub string, extra map[string]string) map[string]string {
+	h := e.As(role, sub)
+	for k, v := range extra {
+		h[k] = v
+	}
+	return h
+}
+
+// Ops returns the headers of an operator (role ops), who may read any ride.
+func (e *Env) Ops() map[string]string { return e.As(auth.RoleOps, "ops-test") }
+
 // NewEnv builds an Env over testkit.Deps(t, tune).
 func NewEnv(t testing.TB, tune func(*config.Config)) *Env {
 	t.Helper()
@@ -149,25 +179,26 @@ func Offset(p dispatch.Point, dyM, dxM float64) dispatch.Point {
 	}
 }
 
-// Ping sends one ping for driverID at p (status available, timestamp now) and returns its answer;
-// it fails the test unless the answer is 200.
+// Ping sends one ping for driverID at p (status available, timestamp now) as driver driverID and
+// returns its answer; it fails the test unless the answer is 200.
 func (e *Env) Ping(t testing.TB, driverID string, p dispatch.Point) JSON {
 	t.Helper()
 	status, body := Do(t, e.Location, http.MethodPost, "/", JSON{
 		"driver_id": driverID, "lat": p.Lat, "lng": p.Lng, "status": "available",
-	}, nil)
+	}, e.As(auth.RoleDriver, driverID))
 	if status != http.StatusOK {
 		t.Fatalf("ping %s: status %d: %v", driverID, status, body)
 	}
 	return body
 }
 
-// CreateRide requests a ride for riderID and returns its id; it fails the test unless the answer is 202.
+// CreateRide requests a ride for riderID as rider riderID and returns its id; it fails the test
+// unless the answer is 202.
 func (e *Env) CreateRide(t testing.TB, riderID string, pickup, dropoff dispatch.Point) string {
 	t.Helper()
 	status, body := Do(t, e.Order, http.MethodPost, "/", JSON{
 		"rider_id": riderID, "pickup": pickup, "dropoff": dropoff,
-	}, nil)
+	}, e.As(auth.RoleRider, riderID))
 	if status != http.StatusAccepted {
 		t.Fatalf("order-create %s: status %d: %v", riderID, status, body)
 	}
@@ -270,22 +301,39 @@ func (e *Env) OfferedDriver(t testing.TB, rideID string) string {
 	return id
 }
 
-// AcceptRide posts an accept and returns its status and answer.
+// AcceptRide posts an accept as driver driverID and returns its status and answer.
 func (e *Env) AcceptRide(t testing.TB, rideID, driverID string) (int, JSON) {
 	t.Helper()
-	return Do(t, e.Accept, http.MethodPost, "/", JSON{"ride_id": rideID, "driver_id": driverID}, nil)
+	return Do(t, e.Accept, http.MethodPost, "/", JSON{"ride_id": rideID, "driver_id": driverID}, e.As(auth.RoleDriver, driverID))
 }
 
-// RideAction posts action (decline, start, complete, cancel) with body to the ride function.
+// RideAction posts action (decline, start, complete, cancel) with body to the ride function, as
+// the actor the body names: the rider of {"by": "rider", "rider_id": …}, else the driver of
+// "driver_id" (a body naming nobody is sent without a token). Use RideActionAs for any other caller.
 func (e *Env) RideAction(t testing.TB, rideID, action string, body any) (int, JSON) {
 	t.Helper()
-	return Do(t, e.Ride, http.MethodPost, "/"+rideID+"/"+action, body, nil)
+	var headers map[string]string
+	if m, ok := body.(JSON); ok {
+		if r, _ := m["rider_id"].(string); r != "" && m["by"] == "rider" {
+			headers = e.As(auth.RoleRider, r)
+		} else if d, _ := m["driver_id"].(string); d != "" {
+			headers = e.As(auth.RoleDriver, d)
+		}
+	}
+	return Do(t, e.Ride, http.MethodPost, "/"+rideID+"/"+action, body, headers)
 }
 
-// GetRide returns GET /ride/{id}; it fails the test unless the answer is 200.
+// RideActionAs posts action with body to the ride function with the given headers (e.As(...)).
+func (e *Env) RideActionAs(t testing.TB, headers map[string]string, rideID, action string, body any) (int, JSON) {
+	t.Helper()
+	return Do(t, e.Ride, http.MethodPost, "/"+rideID+"/"+action, body, headers)
+}
+
+// GetRide returns GET /ride/{id} as an operator (who may read any ride); it fails the test unless
+// the answer is 200.
 func (e *Env) GetRide(t testing.TB, rideID string) JSON {
 	t.Helper()
-	status, body := Do(t, e.Ride, http.MethodGet, "/"+rideID, nil, nil)
+	status, body := Do(t, e.Ride, http.MethodGet, "/"+rideID, nil, e.Ops())
 	if status != http.StatusOK {
 		t.Fatalf("get ride %s: status %d: %v", rideID, status, body)
 	}

@@ -280,6 +280,7 @@ func (r *run) setup(ctx context.Context) error {
 		"FLAGDOWN_NATS_STREAM":        "FLAGDOWN",
 		"FLAGDOWN_RECONCILE_INTERVAL": r.opts.ReconcileInterval.String(),
 		"FLAGDOWN_INTERNAL_SECRET":    internalSecret(),
+		"FLAGDOWN_JWT_SECRET":         tokenSecret(),
 	}
 	if r.cfg, err = config.FromEnv(vars); err != nil {
 		return err
@@ -384,6 +385,7 @@ func (r *run) exercise(ctx context.Context) error {
 	ropts.Seed, ropts.RunID = r.opts.Seed, r.id
 	ropts.SummaryPath, ropts.Progress, ropts.Verify = "", false, false
 	ropts.Concurrency = 16
+	ropts.JWTSecret, ropts.JWTIssuer, ropts.JWTAudience = r.cfg.JWTSecret, r.cfg.JWTIssuer, r.cfg.JWTAudience
 	type result struct {
 		sum *replay.Summary
 		err error

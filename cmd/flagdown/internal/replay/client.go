@@ -9,7 +9,10 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/flagdown/flagdown/shared/auth"
 )
 
 // Ping is one location-update ping as sent to POST /function/location-update.
@@ -86,10 +89,46 @@ func (e *APIError) Error() string {
 	return s
 }
 
-// client talks to the platform's HTTP API.
+// client talks to the platform's HTTP API, each call with the bearer token of who makes it.
 type client struct {
-	base string
-	http *http.Client
+	base   string
+	http   *http.Client
+	tokens *tokens
+}
+
+// tokens mints and caches one HS256 token per (role, subject) with the platform's secret
+// (auth.Mint), valid for tokenTTL: every simulated driver and rider holds his own, and the batched
+// pings go out with one ops token, as a gateway aggregator's would.
+type tokens struct {
+	secret      []byte
+	issuer, aud string
+	mu          sync.Mutex
+	cache       map[string]string
+}
+
+// tokenTTL is the lifetime of a replay token, longer than any replay.
+const tokenTTL = 24 * time.Hour
+
+// opsSubject is the subject of the replay's ops token.
+const opsSubject = "replay-aggregator"
+
+// header returns {"Authorization": "Bearer <token of role and sub>"}.
+func (t *tokens) header(role auth.Role, sub string) map[string]string {
+	key := string(role) + "/" + sub
+	t.mu.Lock()
+	tok, ok := t.cache[key]
+	t.mu.Unlock()
+	if !ok {
+		var err error
+		if tok, err = auth.Mint(t.secret, t.issuer, t.aud, auth.Identity{Subject: sub, Role: role}, tokenTTL); err != nil {
+			// Mint fails only without a secret, which Run refuses before any request.
+			panic("replay: mint token: " + err.Error())
+		}
+		t.mu.Lock()
+		t.cache[key] = tok
+		t.mu.Unlock()
+	}
+	return map[string]string{"Authorization": "Bearer " + tok}
 }
 
 // newHTTPClient returns a client whose transport keeps up to conns idle connections to the platform,
@@ -184,7 +223,7 @@ func (c *client) ready(ctx context.Context) error {
 func (c *client) locationUpdate(ctx context.Context, pings []Ping, batch bool) ([]PingResult, error) {
 	if !batch && len(pings) == 1 {
 		var r PingResult
-		if _, err := c.do(ctx, http.MethodPost, "/function/location-update", pings[0], nil, &r); err != nil {
+		if _, err := c.do(ctx, http.MethodPost, "/function/location-update", pings[0], c.tokens.header(auth.RoleDriver, pings[0].DriverID), &r); err != nil {
 			return nil, err
 		}
 		return []PingResult{r}, nil
@@ -192,7 +231,7 @@ func (c *client) locationUpdate(ctx context.Context, pings []Ping, batch bool) (
 	var r struct {
 		Results []PingResult `json:"results"`
 	}
-	if _, err := c.do(ctx, http.MethodPost, "/function/location-update", map[string]any{"pings": pings}, nil, &r); err != nil {
+	if _, err := c.do(ctx, http.MethodPost, "/function/location-update", map[string]any{"pings": pings}, c.tokens.header(auth.RoleOps, opsSubject), &r); err != nil {
 		return nil, err
 	}
 	if len(r.Results) != len(pings) {
@@ -207,7 +246,9 @@ func (c *client) orderCreate(ctx context.Context, riderID string, pickup, dropof
 		RideID string `json:"ride_id"`
 	}
 	body := map[string]any{"rider_id": riderID, "pickup": pickup, "dropoff": dropoff}
-	st, err := c.do(ctx, http.MethodPost, "/function/order-create", body, map[string]string{"Idempotency-Key": idemKey}, &r)
+	h := c.tokens.header(auth.RoleRider, riderID)
+	h["Idempotency-Key"] = idemKey
+	st, err := c.do(ctx, http.MethodPost, "/function/order-create", body, h, &r)
 	if err == nil && r.RideID == "" {
 		err = fmt.Errorf("order-create: answer %d without ride_id", st)
 	}
@@ -216,13 +257,13 @@ func (c *client) orderCreate(ctx context.Context, riderID string, pickup, dropof
 
 // accept accepts rideID for driverID.
 func (c *client) accept(ctx context.Context, rideID, driverID string) error {
-	_, err := c.do(ctx, http.MethodPost, "/function/accept", map[string]string{"ride_id": rideID, "driver_id": driverID}, nil, nil)
+	_, err := c.do(ctx, http.MethodPost, "/function/accept", map[string]string{"ride_id": rideID, "driver_id": driverID}, c.tokens.header(auth.RoleDriver, driverID), nil)
 	return err
 }
 
 // rideAction posts decline/start/complete for driverID.
 func (c *client) rideAction(ctx context.Context, rideID, action, driverID string) error {
-	_, err := c.do(ctx, http.MethodPost, "/function/ride/"+rideID+"/"+action, map[string]string{"driver_id": driverID}, nil, nil)
+	_, err := c.do(ctx, http.MethodPost, "/function/ride/"+rideID+"/"+action, map[string]string{"driver_id": driverID}, c.tokens.header(auth.RoleDriver, driverID), nil)
 	return err
 }
 
@@ -249,10 +290,10 @@ type RideView struct {
 	AcceptedAt *time.Time `json:"accepted_at"`
 }
 
-// getRide fetches one ride.
+// getRide fetches one ride, as ops (the replay reads every ride at its end).
 func (c *client) getRide(ctx context.Context, rideID string) (*RideView, error) {
 	var r RideView
-	if _, err := c.do(ctx, http.MethodGet, "/function/ride/"+rideID, nil, nil, &r); err != nil {
+	if _, err := c.do(ctx, http.MethodGet, "/function/ride/"+rideID, nil, c.tokens.header(auth.RoleOps, opsSubject), &r); err != nil {
 		return nil, err
 	}
 	return &r, nil

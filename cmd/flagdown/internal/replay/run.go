@@ -117,6 +117,12 @@ type Options struct {
 	// VerifyGrace is the grace of that check (≥ 0): what is only eventually true counts once it has
 	// stayed wrong this long.
 	VerifyGrace time.Duration
+	// JWTSecret is the platform's FLAGDOWN_JWT_SECRET: the replay mints every simulated driver's and
+	// rider's token (and one ops token for batched pings) with it. Required.
+	JWTSecret string
+	// JWTIssuer and JWTAudience are the iss and aud of those tokens (the platform's
+	// FLAGDOWN_JWT_ISSUER and FLAGDOWN_JWT_AUDIENCE; DefaultOptions: "flagdown").
+	JWTIssuer, JWTAudience string
 	// VerifyConfig names the platform's PostgreSQL and Redis (URLs, schema, key prefix); nil reads
 	// them from the environment (config.Load), as `flagdown dev` does.
 	VerifyConfig *config.Config
@@ -138,6 +144,8 @@ func DefaultOptions() Options {
 		Seed:               1,
 		SummaryPath:        "demo-summary.json",
 		Concurrency:        32,
+		JWTIssuer:          "flagdown",
+		JWTAudience:        "flagdown",
 		Drain:              2 * time.Minute,
 		BatchSize:          200,
 		CheckURL:           true,
@@ -485,11 +493,14 @@ func Run(ctx context.Context, opts Options, out io.Writer) (*Summary, error) {
 	if hc == nil {
 		hc = newHTTPClient(opts.Concurrency)
 	}
-	c := &client{base: opts.URL, http: hc}
+	c := &client{base: opts.URL, http: hc, tokens: &tokens{secret: []byte(opts.JWTSecret), issuer: opts.JWTIssuer, aud: opts.JWTAudience, cache: map[string]string{}}}
 	if opts.CheckURL {
 		if err := c.ready(ctx); err != nil {
 			return nil, fmt.Errorf("platform at %s is not ready (%v): start the platform with `flagdown dev` or use `make demo`", opts.URL, err)
 		}
+	}
+	if opts.JWTSecret == "" {
+		return nil, fmt.Errorf("no token secret: give the replay the platform's FLAGDOWN_JWT_SECRET (flagdown dev logs the one it generated) to mint its drivers' and riders' tokens")
 	}
 
 	all := opts.Trips
