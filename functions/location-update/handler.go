@@ -13,6 +13,7 @@ package function
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -24,6 +25,7 @@ import (
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
+	"github.com/flagdown/flagdown/shared/ratelimit"
 	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
@@ -74,7 +76,7 @@ type batchRequest struct {
 type PingResponse struct {
 	DriverID string `json:"driver_id"`
 	Applied  bool   `json:"applied"`
-	// Rejected is "stale" or "gps_jump" when Applied is false.
+	// Rejected is "stale", "gps_jump" or "rate_limited" (RejectedRateLimited) when Applied is false.
 	Rejected string                `json:"rejected,omitempty"`
 	Status   dispatch.DriverStatus `json:"status"`
 	Offer    *dispatch.LiveOffer   `json:"offer,omitempty"`
@@ -101,12 +103,33 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		results, err := f.d.Redis.ApplyPings(r.Context(), pings)
+		limited, err := f.spend(r.Context(), pings)
 		if err != nil {
 			return 0, nil, err
 		}
-		out := make([]PingResponse, len(results))
-		for i, res := range results {
+		if single && limited[pings[0].DriverID] != nil {
+			return 0, nil, limited[pings[0].DriverID]
+		}
+		apply := make([]redisstore.Ping, 0, len(pings))
+		for _, p := range pings {
+			if limited[p.DriverID] == nil {
+				apply = append(apply, p)
+			}
+		}
+		var results []redisstore.PingResult
+		if len(apply) > 0 {
+			if results, err = f.d.Redis.ApplyPings(r.Context(), apply); err != nil {
+				return 0, nil, err
+			}
+		}
+		out := make([]PingResponse, len(pings))
+		for i, j := 0, 0; i < len(pings); i++ {
+			if limited[pings[i].DriverID] != nil {
+				out[i] = PingResponse{DriverID: pings[i].DriverID, Rejected: RejectedRateLimited}
+				continue
+			}
+			res := results[j]
+			j++
 			out[i] = PingResponse{DriverID: pings[i].DriverID, Applied: res.Applied, Rejected: res.Rejected, Status: res.Status, Offer: res.Offer}
 		}
 		if single {
@@ -235,4 +258,29 @@ func (f *Function) validate(reqs []PingRequest, single bool, id auth.Identity) (
 		out[i] = redisstore.Ping{DriverID: p.DriverID, Position: pos, At: at, Status: status, HeadingDeg: p.Heading, SpeedMPS: p.SpeedMPS}
 	}
 	return out, nil
+}
+
+// RejectedRateLimited is PingResponse.Rejected for a ping of a batch whose driver spent his ping
+// budget (FLAGDOWN_RATE_PINGS_PER_MIN): nothing of his was applied, the batch's other pings were.
+// A single ping past the budget answers 429 with Retry-After instead.
+const RejectedRateLimited = "rate_limited"
+
+// spend charges each driver's ping budget one unit per ping of his in the call and returns the
+// rate_limited error of every driver past it (his pings are not applied). Errors are Redis's.
+func (f *Function) spend(ctx context.Context, pings []redisstore.Ping) (map[string]error, error) {
+	n := map[string]int{}
+	for _, p := range pings {
+		n[p.DriverID]++
+	}
+	limited := map[string]error{}
+	for driver, count := range n {
+		err := f.d.Limiter().Allow(ctx, ratelimit.Pings, driver, "driver_id", count)
+		switch {
+		case dispatch.ErrorCode(err) == dispatch.CodeRateLimited:
+			limited[driver] = err
+		case err != nil:
+			return nil, err
+		}
+	}
+	return limited, nil
 }

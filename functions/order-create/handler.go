@@ -23,6 +23,7 @@ import (
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/pgstore"
+	"github.com/flagdown/flagdown/shared/ratelimit"
 )
 
 // Source is the CloudEvent source of events this function emits.
@@ -96,6 +97,10 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("Idempotency-Key")
 		ride, err := f.validate(&req, key)
 		if err != nil {
+			return 0, nil, err
+		}
+		// Valid requests spend the rider's budget (FLAGDOWN_RATE_RIDES_PER_MIN); refused ones do not.
+		if err := f.d.Limiter().Allow(r.Context(), ratelimit.RideRequests, ride.RiderID, "rider_id", 1); err != nil {
 			return 0, nil, err
 		}
 		ride, created, err := f.create(r.Context(), ride, key)

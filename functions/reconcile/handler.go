@@ -24,15 +24,19 @@
 //
 // Any method is accepted; the body is ignored. Every call must carry the internal credential,
 // Authorization: Bearer <FLAGDOWN_INTERNAL_SECRET> (shared/internalauth), sent by the cron trigger
-// (flagdown dev's ticker, the flagdown-reconcile-cron CronJob of deploy/); without it the answer is
-// 401 and nothing runs. The answer is the JSON of Report.
+// (flagdown dev's ticker, the flagdown-reconcile-cron CronJob of deploy/), or an operator's client
+// token of role ops (shared/auth) for a run on demand; without either the answer is 401 (403 for a
+// client token of another role) and nothing runs. The answer is the JSON of Report.
 package function
 
 import (
 	"context"
+	"errors"
 	"net/http"
 
 	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/auth"
+	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/lifecycle"
 	"github.com/flagdown/flagdown/shared/pgstore"
@@ -77,14 +81,20 @@ func (r Report) Total() int {
 	return r.OffersExpired + r.DriversOffline + r.AssignmentsRepaired + r.ActiveDriversOffline + r.RidesRetried + r.OutboxUnpublished
 }
 
-// ServeHTTP checks the internal credential (401 unauthenticated without it, 503 when no
-// FLAGDOWN_INTERNAL_SECRET is configured), then runs one reconcile pass and answers its Report.
+// ServeHTTP checks the caller, then runs one reconcile pass and answers its Report. Callers: the
+// cron trigger with the internal credential (Authorization: Bearer <FLAGDOWN_INTERNAL_SECRET>), or
+// an operator on demand with a client token of role ops. Anything else answers 401 unauthenticated
+// (403 permission_denied for a valid client token of another role; 503 when neither credential is
+// configured).
 func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	// Hook for on-demand runs by operators: once shared/auth verifies client tokens, a request
-	// with a valid ops-role JWT is to be let through here as well (issue 8, Authorization).
 	if err := f.d.Internal().VerifyRequest(r); err != nil {
-		httpx.WriteError(w, r, f.d.Log, err)
-		return
+		if opsErr := f.operator(r); opsErr != nil {
+			if dispatch.ErrorCode(opsErr) == dispatch.CodePermissionDenied {
+				err = opsErr
+			}
+			httpx.WriteError(w, r, f.d.Log, err)
+			return
+		}
 	}
 	rep, err := f.Run(r.Context())
 	if err != nil {
@@ -92,6 +102,26 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpx.WriteJSON(w, http.StatusOK, rep)
+}
+
+// operator reports whether r carries a valid client token of role ops: nil when it does,
+// permission_denied for a valid token of another role, another error otherwise.
+func (f *Function) operator(r *http.Request) error {
+	if f.d.Auth == nil {
+		return dispatch.Unavailable("identity verification", errors.New("no key source"))
+	}
+	tok, err := auth.BearerToken(r)
+	if err != nil {
+		return err
+	}
+	id, err := f.d.Auth.Verify(tok)
+	if err != nil {
+		return err
+	}
+	if id.Role != auth.RoleOps {
+		return dispatch.PermissionDenied("role", "must be ops to run reconcile on demand")
+	}
+	return nil
 }
 
 // Run performs one pass, step by step in the order of the package comment. It stops at the first

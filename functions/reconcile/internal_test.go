@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
+	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/config"
 )
 
@@ -44,5 +45,25 @@ func TestReconcileNeedsTheInternalCredential(t *testing.T) {
 	unset := fntest.NewTimeoutEnv(t, func(c *config.Config) { c.InternalSecret = "" })
 	if status, body := fntest.Do(t, unset.Reconcile, http.MethodPost, "/", nil, fntest.InternalHeaders()); status != http.StatusServiceUnavailable {
 		t.Errorf("no internal secret configured: %d %v, want 503", status, body)
+	}
+}
+
+// An operator (role ops) may run reconcile on demand with his client token; a driver or rider token
+// is refused with 403, and nothing runs.
+func TestReconcileOnDemandByAnOperator(t *testing.T) {
+	t.Parallel()
+	env := fntest.NewTimeoutEnv(t, nil)
+	before := env.Snapshot(t)
+	for _, role := range []auth.Role{auth.RoleDriver, auth.RoleRider} {
+		status, body := fntest.Do(t, env.Reconcile, http.MethodPost, "/", nil, env.As(role, "someone"))
+		if status != http.StatusForbidden || fntest.ErrorOf(t, body).Code != "permission_denied" {
+			t.Errorf("%s token: %d %v, want 403 permission_denied", role, status, body)
+		}
+	}
+	if diff := before.Diff(env.Snapshot(t)); diff != "" {
+		t.Fatalf("refused reconcile calls changed state: %s", diff)
+	}
+	if status, body := fntest.Do(t, env.Reconcile, http.MethodGet, "/", nil, env.Ops()); status != http.StatusOK {
+		t.Errorf("ops token: %d %v, want 200", status, body)
 	}
 }

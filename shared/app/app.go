@@ -20,6 +20,7 @@ import (
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/pgstore"
+	"github.com/flagdown/flagdown/shared/ratelimit"
 	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
@@ -36,6 +37,19 @@ type Deps struct {
 
 	internalOnce sync.Once
 	internal     *internalauth.Keys
+	limiterOnce  sync.Once
+	limiter      *ratelimit.Limiter
+}
+
+// Limiter returns the process's rate limiter (shared/ratelimit) over its Redis, with the budgets of
+// FLAGDOWN_RATE_RIDES_PER_MIN and FLAGDOWN_RATE_PINGS_PER_MIN, built once.
+func (d *Deps) Limiter() *ratelimit.Limiter {
+	d.limiterOnce.Do(func() {
+		d.limiter = ratelimit.New(d.Redis.Client(), d.Config.RedisPrefix, ratelimit.Limits{
+			RidesPerMin: d.Config.RateRidesPerMin, PingsPerMin: d.Config.RatePingsPerMin,
+		})
+	})
+	return d.limiter
 }
 
 // Internal returns the internal credential of Config.InternalSecret (shared/internalauth), parsed
