@@ -165,6 +165,7 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10, // as the function template: headers past 64 KiB answer 431
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.cancel = cancel

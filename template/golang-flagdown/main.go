@@ -34,6 +34,10 @@ import (
 
 const defaultTimeout = 10 * time.Second
 
+// maxHeaderBytes caps a request's headers (a bearer token and CloudEvent attributes fit many times
+// over); larger headers answer 431.
+const maxHeaderBytes = 64 << 10
+
 func main() {
 	readTimeout := duration(os.Getenv("read_timeout"), defaultTimeout)
 	writeTimeout := duration(os.Getenv("write_timeout"), defaultTimeout)
@@ -70,7 +74,8 @@ func main() {
 		ReadHeaderTimeout: readTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
-		MaxHeaderBytes:    1 << 20,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    maxHeaderBytes,
 	}
 	_ = os.WriteFile("/tmp/.lock", []byte("ok\n"), 0o644)
 
