@@ -25,7 +25,7 @@ func TestAcceptAccess(t *testing.T) {
 		h      map[string]string
 		status int
 	}{
-		{"another driver, as himself", fntest.JSON{"ride_id": rideID}, env.As(auth.RoleDriver, other), 409},
+		{"another driver, as himself (never offered it: the ride does not exist for him)", fntest.JSON{"ride_id": rideID}, env.As(auth.RoleDriver, other), 404},
 		{"another driver naming the offered one", fntest.JSON{"ride_id": rideID, "driver_id": driver}, env.As(auth.RoleDriver, other), 403},
 		{"the rider", fntest.JSON{"ride_id": rideID}, env.As(auth.RoleRider, "r-1"), 403},
 		{"ops", fntest.JSON{"ride_id": rideID, "driver_id": driver}, env.Ops(), 403},

@@ -110,12 +110,10 @@ func TestTwentyConcurrentAcceptsOfOneRideHaveOneWinner(t *testing.T) {
 			if got, want := r.driver, offered; got != want {
 				t.Errorf("winner = %s, want the offered driver %s", got, want)
 			}
-		case r.status == http.StatusConflict:
-			if r.reason != dispatch.ReasonNotYourOffer && r.reason != dispatch.ReasonRideTaken {
-				t.Errorf("%s: reason = %q, want not_your_offer or ride_taken", r.driver, r.reason)
-			}
+		case r.status == http.StatusNotFound && r.driver != offered:
+			// Never offered the ride: it does not exist for him.
 		default:
-			t.Errorf("%s: status = %d, want 200 or 409", r.driver, r.status)
+			t.Errorf("%s: status = %d, want 200 for the offered driver, 404 for the others", r.driver, r.status)
 		}
 	}
 	if got, want := wins, 1; got != want {
@@ -136,7 +134,7 @@ func TestConcurrentDuplicateAcceptsOfTheWinnerCreateNothingNew(t *testing.T) {
 	}
 	results := acceptConcurrently(t, env, rideID, callers)
 	for _, r := range results {
-		want := http.StatusConflict
+		want := http.StatusNotFound // never offered the ride
 		if r.driver == offered {
 			want = http.StatusOK
 		}
@@ -270,7 +268,7 @@ func TestAcceptRejects(t *testing.T) {
 		wantField  string
 		wantReason string
 	}{
-		{"a driver without an offer", fntest.JSON{"ride_id": rideID, "driver_id": other}, 409, "", dispatch.ReasonNotYourOffer},
+		{"a driver without an offer", fntest.JSON{"ride_id": rideID, "driver_id": other}, 404, "", ""},
 		{"an unknown ride", fntest.JSON{"ride_id": "00000000-0000-4000-8000-000000000000", "driver_id": driver}, 404, "", ""},
 		{"a ride id that is not a uuid", fntest.JSON{"ride_id": "nope", "driver_id": driver}, 400, "ride_id", ""},
 		{"a ride id with NUL", fntest.JSON{"ride_id": rideID + "\x00", "driver_id": driver}, 400, "ride_id", ""},

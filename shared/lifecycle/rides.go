@@ -18,13 +18,22 @@ var errAlreadyAccepted = errors.New("already accepted by this driver")
 // PostgreSQL's clock: offer ACCEPTED, ride REQUESTED → ACCEPTED, his assignment set, ride.accepted
 // written; then Redis gets his assignment and his offer lock is released. A repeated accept by the
 // driver who already won succeeds again and re-applies his assignment (a retry after a lost answer
-// or a failed Redis write). Errors: not_found, conflict (ride_taken with details.current_status,
-// offer_expired, not_your_offer, driver_busy), unavailable.
+// or a failed Redis write). Errors: not_found (also for a driver the ride was never offered to:
+// he learns nothing of it), conflict (ride_taken with details.current_status, offer_expired,
+// not_your_offer, driver_busy), unavailable.
 func (s *Service) Accept(ctx context.Context, rideID, driverID string) error {
 	_, err := s.change(ctx, nil, func(tx pgx.Tx, fx *dispatch.Effects) error {
 		ride, err := lockRide(ctx, tx, rideID)
 		if err != nil {
 			return err
+		}
+		offer, now, err := pgstore.LatestOfferForUpdate(ctx, tx, rideID, driverID)
+		if err != nil {
+			return err
+		}
+		if offer == nil && ride.DriverID != driverID {
+			// A driver the ride was never offered to learns nothing of it, not even that it exists.
+			return dispatch.NotFound("ride", rideID)
 		}
 		if ride.Status == dispatch.RideAccepted && ride.DriverID == driverID {
 			rows, err := pgstore.AssignmentsOf(ctx, tx, []string{driverID})
@@ -41,10 +50,6 @@ func (s *Service) Accept(ctx context.Context, rideID, driverID string) error {
 				With("current_status", string(ride.Status))
 		}
 		if _, err := dispatch.Transition(ride.Status, dispatch.ActionAccept, dispatch.ActorDriver); err != nil {
-			return err
-		}
-		offer, now, err := pgstore.LatestOfferForUpdate(ctx, tx, rideID, driverID)
-		if err != nil {
 			return err
 		}
 		if err := dispatch.CheckOfferAnswer(offer, driverID, now); err != nil {
