@@ -16,6 +16,9 @@ const (
 	CodeInvalidArgument Code = "invalid_argument"
 	// CodeTooLarge: the request body or batch is larger than allowed; nothing was written.
 	CodeTooLarge Code = "too_large"
+	// CodeMethodNotAllowed: the endpoint does not serve the request's HTTP method (the answer's
+	// Allow header lists the ones it does).
+	CodeMethodNotAllowed Code = "method_not_allowed"
 	// CodeNotFound: the named ride, driver or offer does not exist.
 	CodeNotFound Code = "not_found"
 	// CodeConflict: the request is valid but the current state forbids it (Reason says why).

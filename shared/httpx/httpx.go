@@ -21,6 +21,7 @@ var statusOf = map[dispatch.Code]int{
 	dispatch.CodeUnauthenticated:  http.StatusUnauthorized,
 	dispatch.CodePermissionDenied: http.StatusForbidden,
 	dispatch.CodeNotFound:         http.StatusNotFound,
+	dispatch.CodeMethodNotAllowed: http.StatusMethodNotAllowed,
 	dispatch.CodeConflict:         http.StatusConflict,
 	dispatch.CodeTooLarge:         http.StatusRequestEntityTooLarge,
 	dispatch.CodeRateLimited:      http.StatusTooManyRequests,
@@ -150,8 +151,8 @@ func jsonKind(goKind string) string {
 // MethodNotAllowed answers 405 with an invalid_argument body listing the allowed methods.
 func MethodNotAllowed(w http.ResponseWriter, allowed ...string) {
 	w.Header().Set("Allow", strings.Join(allowed, ", "))
-	WriteJSON(w, http.StatusMethodNotAllowed, ErrorBody{Error: ErrorDetail{
-		Code: dispatch.CodeInvalidArgument, Field: "method",
+	WriteJSON(w, Status(dispatch.CodeMethodNotAllowed), ErrorBody{Error: ErrorDetail{
+		Code: dispatch.CodeMethodNotAllowed, Field: "method",
 		Message: "method: must be one of " + strings.Join(allowed, ", "),
 	}})
 }

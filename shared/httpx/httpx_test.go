@@ -163,4 +163,8 @@ func TestMethodNotAllowed(t *testing.T) {
 	if got, want := body.Error.Field, "method"; got != want {
 		t.Errorf("field = %q, want %q", got, want)
 	}
+	// The status comes from the code, through the one table, like every other error.
+	if got, want := httpx.Status(body.Error.Code), http.StatusMethodNotAllowed; got != want {
+		t.Errorf("code %q maps to %d, want %d", body.Error.Code, got, want)
+	}
 }
