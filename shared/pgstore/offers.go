@@ -11,10 +11,12 @@ import (
 
 const offerCols = `id, ride_id, driver_id, status, distance_m, score, created_at, expires_at`
 
-func scanOffer(row pgx.Row) (*dispatch.Offer, error) {
+// scanOffer scans the offerCols of row, then any extra columns into extra.
+func scanOffer(row pgx.Row, extra ...any) (*dispatch.Offer, error) {
 	var o dispatch.Offer
 	var status string
-	if err := row.Scan(&o.ID, &o.RideID, &o.DriverID, &status, &o.DistanceM, &o.Score, &o.CreatedAt, &o.ExpiresAt); err != nil {
+	dest := append([]any{&o.ID, &o.RideID, &o.DriverID, &status, &o.DistanceM, &o.Score, &o.CreatedAt, &o.ExpiresAt}, extra...)
+	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
 	o.Status = dispatch.OfferStatus(status)
@@ -40,17 +42,15 @@ func PendingOffer(ctx context.Context, q Querier, rideID string) (*dispatch.Offe
 	return o, pgErr(err)
 }
 
-// LatestOfferForUpdate returns the newest offer of rideID to driverID locked for update (nil when
-// none) and PostgreSQL's now (the one clock offer windows are judged by). Lock the ride row first.
+// LatestOfferForUpdate returns the newest offer of rideID to driverID locked for update, with
+// PostgreSQL's now (the one clock offer windows are judged by), in one round trip; nil and the zero
+// time when there is none. Lock the ride row first.
 func LatestOfferForUpdate(ctx context.Context, tx pgx.Tx, rideID, driverID string) (*dispatch.Offer, time.Time, error) {
 	var now time.Time
-	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-		return nil, now, pgErr(err)
-	}
-	o, err := scanOffer(tx.QueryRow(ctx, `SELECT `+offerCols+` FROM offers WHERE ride_id = $1 AND driver_id = $2
-		ORDER BY created_at DESC LIMIT 1 FOR UPDATE`, rideID, driverID))
+	o, err := scanOffer(tx.QueryRow(ctx, `SELECT `+offerCols+`, now() FROM offers WHERE ride_id = $1 AND driver_id = $2
+		ORDER BY created_at DESC LIMIT 1 FOR UPDATE`, rideID, driverID), &now)
 	if IsNoRows(err) {
-		return nil, now, nil
+		return nil, time.Time{}, nil
 	}
 	return o, now, pgErr(err)
 }

@@ -63,8 +63,9 @@ local ride = cur[5] or ''
 local offer = redis.call('GET', KEYS[4])
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[8])
 redis.call('ZADD', KEYS[5], now + tonumber(ARGV[8]), KEYS[2])
-redis.call('HSET', KEYS[1], 'hbdl', now + tonumber(ARGV[8]))
+local hbdl = now + tonumber(ARGV[8])
 if lastTs and ts <= lastTs then
+  redis.call('HSET', KEYS[1], 'hbdl', hbdl)
   redis.call('PEXPIRE', KEYS[1], ARGV[13])
   return {0, 'stale', status, offer or ''}
 end
@@ -86,7 +87,7 @@ if ride == '' and ARGV[5] ~= '' then status = ARGV[5] end
 if ride ~= '' and (status == 'available' or status == 'offline' or status == 'paused') then
   status = redis.call('HGET', KEYS[1], 'resume') or 'navigating'
 end
-local fields = {'status', status, 'seen', ARGV[4]}
+local fields = {'status', status, 'seen', ARGV[4], 'hbdl', hbdl}
 if applied == 1 then
   table.insert(fields, 'ts'); table.insert(fields, ARGV[4])
   table.insert(fields, 'lat'); table.insert(fields, ARGV[2])
