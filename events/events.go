@@ -97,8 +97,10 @@ type RideOfferedData struct {
 	OfferID  string `json:"offer_id"`
 	DriverID string `json:"driver_id"`
 	// DistanceM is the straight-line distance from the driver to the pickup in metres.
-	DistanceM float64   `json:"distance_m"`
-	Pickup    Point     `json:"pickup"`
+	DistanceM float64 `json:"distance_m"`
+	Pickup    Point   `json:"pickup"`
+	// Dropoff is the ride's dropoff (added after v1's first release: absent in older events).
+	Dropoff   *Point    `json:"dropoff,omitempty"`
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
@@ -116,6 +118,9 @@ type RideAcceptedData struct {
 	DriverID   string    `json:"driver_id"`
 	RiderID    string    `json:"rider_id"`
 	AcceptedAt time.Time `json:"accepted_at"`
+	// Version is rides.version after the change (0 in events older than the field): it grows with
+	// every status change of the ride, so a consumer can drop a status older than one it has seen.
+	Version int64 `json:"version,omitempty"`
 }
 
 // RideTransitionData is the payload of RideStarted, RideCompleted, RideCancelled and RideReopened.
@@ -130,6 +135,13 @@ type RideTransitionData struct {
 	By     string    `json:"by,omitempty"`
 	Reason string    `json:"reason,omitempty"`
 	At     time.Time `json:"at"`
+	// Version is rides.version after the change (0 in events older than the field); see
+	// RideAcceptedData.Version.
+	Version int64 `json:"version,omitempty"`
+	// WithdrawnOfferID and WithdrawnOfferDriverID name the pending offer a cancel withdrew, empty
+	// when there was none.
+	WithdrawnOfferID       string `json:"withdrawn_offer_id,omitempty"`
+	WithdrawnOfferDriverID string `json:"withdrawn_offer_driver_id,omitempty"`
 }
 
 // RideOfferExpiredData is the payload of RideOfferExpired.
@@ -159,6 +171,9 @@ type RideUnmatchedData struct {
 	// Reason says why nobody was offered at the last attempt.
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
+	// Version is rides.version after the change (0 in events older than the field); see
+	// RideAcceptedData.Version.
+	Version int64 `json:"version,omitempty"`
 }
 
 // RideDriverOfflineData is the payload of RideDriverOffline.

@@ -13,6 +13,8 @@ type Trigger struct {
 var Triggers = []Trigger{
 	{Function: "match", Types: []string{RideRequested, RideOfferDeclined, RideReopened, RideOfferExpired, RideRetry}},
 	{Function: "expiry-notification", Types: []string{RedisKeyExpired}},
+	{Function: "notify", Types: []string{RideOffered, RideOfferExpired, RideAccepted, RideStarted, RideCompleted,
+		RideCancelled, RideReopened, RideUnmatched}},
 }
 
 // TypesFor returns the event types routed to function, or nil.

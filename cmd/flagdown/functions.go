@@ -12,6 +12,7 @@ import (
 	locationupdate "github.com/flagdown/flagdown/functions/location-update"
 	match "github.com/flagdown/flagdown/functions/match"
 	nearby "github.com/flagdown/flagdown/functions/nearby"
+	notify "github.com/flagdown/flagdown/functions/notify"
 	ordercreate "github.com/flagdown/flagdown/functions/order-create"
 	reconcile "github.com/flagdown/flagdown/functions/reconcile"
 	ride "github.com/flagdown/flagdown/functions/ride"
@@ -35,6 +36,7 @@ var functionSet = []struct {
 	{"nearby", func(d *app.Deps) http.Handler { return nearby.New(d) }},
 	{"expiry-notification", func(d *app.Deps) http.Handler { return expirynotification.New(d) }},
 	{"reconcile", func(d *app.Deps) http.Handler { return reconcile.New(d) }},
+	{"notify", func(d *app.Deps) http.Handler { return notify.New(d) }},
 }
 
 // cron calls url with POST every interval until ctx ends, like the flagdown-reconcile-cron CronJob

@@ -18,6 +18,7 @@ import (
 	"github.com/flagdown/flagdown/events"
 	expirynotification "github.com/flagdown/flagdown/functions/expiry-notification"
 	match "github.com/flagdown/flagdown/functions/match"
+	notify "github.com/flagdown/flagdown/functions/notify"
 	ordercreate "github.com/flagdown/flagdown/functions/order-create"
 	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/shared/app"
@@ -29,6 +30,7 @@ import (
 var eventFunctions = map[string]func(*app.Deps) http.Handler{
 	"match":               func(d *app.Deps) http.Handler { return match.New(d) },
 	"expiry-notification": func(d *app.Deps) http.Handler { return expirynotification.New(d) },
+	"notify":              func(d *app.Deps) http.Handler { return notify.New(d) },
 }
 
 // TestKnativeBrokerDelivery sends every event type of every trigger row to its function the way a
@@ -128,6 +130,14 @@ func samplePayload(typ, rideID, prefix string) (string, any) {
 		return rideID, events.RideTransitionData{RideID: rideID, RiderID: "r-broker", DriverID: "d-broker", From: "ACCEPTED", To: "REQUESTED", By: "driver", At: now}
 	case events.RideOfferExpired:
 		return rideID, events.RideOfferExpiredData{RideID: rideID, OfferID: uuid.NewString(), DriverID: "d-broker", ExpiresAt: now}
+	case events.RideOffered:
+		return rideID, events.RideOfferedData{RideID: rideID, OfferID: uuid.NewString(), DriverID: "d-broker", DistanceM: 120, Pickup: events.Point{Lat: 40.75, Lng: -73.98}, ExpiresAt: now.Add(15 * time.Second)}
+	case events.RideAccepted:
+		return rideID, events.RideAcceptedData{RideID: rideID, OfferID: uuid.NewString(), DriverID: "d-broker", RiderID: "r-broker", AcceptedAt: now, Version: 2}
+	case events.RideStarted, events.RideCompleted, events.RideCancelled:
+		return rideID, events.RideTransitionData{RideID: rideID, RiderID: "r-broker", DriverID: "d-broker", From: "ACCEPTED", To: "IN_PROGRESS", By: "driver", At: now, Version: 3}
+	case events.RideUnmatched:
+		return rideID, events.RideUnmatchedData{RideID: rideID, RiderID: "r-broker", Attempts: 8, Reason: "no driver", At: now, Version: 2}
 	case events.RideRetry:
 		return rideID, events.RideRetryData{RideID: rideID, Attempt: 1, Reason: "retry_timer"}
 	case events.RedisKeyExpired:

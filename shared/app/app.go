@@ -20,6 +20,7 @@ import (
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/pgstore"
+	"github.com/flagdown/flagdown/shared/push"
 	"github.com/flagdown/flagdown/shared/ratelimit"
 	"github.com/flagdown/flagdown/shared/redisstore"
 )
@@ -39,6 +40,33 @@ type Deps struct {
 	internal     *internalauth.Keys
 	limiterOnce  sync.Once
 	limiter      *ratelimit.Limiter
+	pushOnce     sync.Once
+	pusher       *push.Pusher
+	// Mobile, when set before the first Push call, is the mobile-push fallback of Push (push.SNS).
+	Mobile push.Mobile
+}
+
+// Push returns the process's pusher (shared/push), built once: the connection registry over its
+// Redis and, when FLAGDOWN_PUSH_ENDPOINT is set, the management API client signed with the AWS
+// credential chain. With no endpoint (or when the credential chain cannot be loaded, which is
+// logged) the pusher is off: Enabled is false and every Send delivers nothing.
+func (d *Deps) Push() *push.Pusher {
+	d.pushOnce.Do(func() {
+		reg := push.NewRegistry(d.Redis.Client(), d.Config.RedisPrefix)
+		var gw *push.Management
+		if ep := d.Config.PushEndpoint; ep != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			m, err := push.ManagementFromEnv(ctx, ep)
+			if err != nil {
+				d.Log.Error("push off: management API client", "endpoint", ep, "err", err)
+			} else {
+				gw = m
+			}
+		}
+		d.pusher = push.NewPusher(reg, gw, d.Mobile, d.Log)
+	})
+	return d.pusher
 }
 
 // Limiter returns the process's rate limiter (shared/ratelimit) over its Redis, with the budgets of

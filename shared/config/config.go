@@ -5,6 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"reflect"
 	"strings"
 	"time"
@@ -159,6 +160,15 @@ type Config struct {
 	// app pinging every 4 s; 0 disables the limit.
 	RatePingsPerMin int `env:"FLAGDOWN_RATE_PINGS_PER_MIN" envDefault:"600"`
 
+	// PushEndpoint is the API Gateway management API endpoint of the WebSocket API that holds
+	// phones' connections, https://{api-id}.execute-api.{region}.amazonaws.com/{stage} (shared/push);
+	// requests are SigV4-signed with the AWS credential chain (AWS_REGION, AWS_ACCESS_KEY_ID, roles).
+	// Empty: push is off and clients poll. flagdown dev sets its local gateway's when unset.
+	PushEndpoint string `env:"FLAGDOWN_PUSH_ENDPOINT"`
+	// PushPositionInterval is the least time between two pushes of a driver's position to his ride's
+	// rider (one per ride); 0 pushes none.
+	PushPositionInterval time.Duration `env:"FLAGDOWN_PUSH_POSITION_INTERVAL" envDefault:"1s"`
+
 	// FaultClockOffset is a fault-injection knob for chaos runs (`flagdown chaos`): it shifts the
 	// host clock of this process where flagdown still reads one (Now), as a machine whose clock is
 	// off would. 0 (the default) in every real deployment.
@@ -282,6 +292,14 @@ func (c *Config) Validate() error {
 	}
 	if c.RateRidesPerMin < 0 || c.RatePingsPerMin < 0 {
 		return fmt.Errorf("config: FLAGDOWN_RATE_RIDES_PER_MIN and FLAGDOWN_RATE_PINGS_PER_MIN must be >= 0 (0 disables)")
+	}
+	if c.PushPositionInterval < 0 {
+		return fmt.Errorf("config: FLAGDOWN_PUSH_POSITION_INTERVAL must be >= 0 (0 pushes no positions)")
+	}
+	if c.PushEndpoint != "" {
+		if u, err := url.Parse(c.PushEndpoint); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return fmt.Errorf("config: FLAGDOWN_PUSH_ENDPOINT must be an http(s) URL such as https://{api-id}.execute-api.{region}.amazonaws.com/{stage}")
+		}
 	}
 	if c.FaultRelayExitAfterPublish < 0 {
 		return fmt.Errorf("config: FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH must be >= 0")

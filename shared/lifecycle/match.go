@@ -122,7 +122,8 @@ func (s *Service) Match(ctx context.Context, rideID string, ev *EventRef, pick P
 			Type: events.RideOffered, Source: s.Source, Subject: ride.ID,
 			Data: events.RideOfferedData{
 				RideID: ride.ID, OfferID: offer.ID, DriverID: offer.DriverID, DistanceM: offer.DistanceM,
-				Pickup: events.Point{Lat: ride.Pickup.Lat, Lng: ride.Pickup.Lng}, ExpiresAt: offer.ExpiresAt.UTC(),
+				Pickup:  events.Point{Lat: ride.Pickup.Lat, Lng: ride.Pickup.Lng},
+				Dropoff: &events.Point{Lat: ride.Dropoff.Lat, Lng: ride.Dropoff.Lng}, ExpiresAt: offer.ExpiresAt.UTC(),
 			},
 		})
 		return err
@@ -145,13 +146,13 @@ func (s *Service) unmatch(ctx context.Context, tx pgx.Tx, ride *dispatch.Ride, a
 	if err != nil {
 		return err
 	}
-	at, _, err := pgstore.SetRideStatus(ctx, tx, ride.ID, pgstore.StatusChange{From: ride.Status, To: to})
+	at, version, err := pgstore.SetRideStatus(ctx, tx, ride.ID, pgstore.StatusChange{From: ride.Status, To: to})
 	if err != nil {
 		return err
 	}
 	_, err = pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
 		Type: events.RideUnmatched, Source: s.Source, Subject: ride.ID,
-		Data: events.RideUnmatchedData{RideID: ride.ID, RiderID: ride.RiderID, Attempts: attempts, Reason: note, At: at.UTC()},
+		Data: events.RideUnmatchedData{RideID: ride.ID, RiderID: ride.RiderID, Attempts: attempts, Reason: note, At: at.UTC(), Version: version},
 	})
 	return err
 }

@@ -73,7 +73,7 @@ func (s *Service) Accept(ctx context.Context, rideID, driverID string) error {
 		fx.ClearRetryTimers = append(fx.ClearRetryTimers, rideID)
 		_, err = pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
 			Type: events.RideAccepted, Source: s.Source, Subject: rideID,
-			Data: events.RideAcceptedData{RideID: rideID, OfferID: offer.ID, DriverID: driverID, RiderID: ride.RiderID, AcceptedAt: at.UTC()},
+			Data: events.RideAcceptedData{RideID: rideID, OfferID: offer.ID, DriverID: driverID, RiderID: ride.RiderID, AcceptedAt: at.UTC(), Version: version},
 		})
 		return err
 	})
@@ -119,6 +119,7 @@ func (s *Service) Act(ctx context.Context, id string, action dispatch.Action, ac
 		if to == dispatch.RideRequested {
 			change.DriverID = "" // re-opened: matched again without him (a cancelled ride keeps its driver, for the record)
 		}
+		var withdrawn *dispatch.Offer
 		if to == dispatch.RideCancelled {
 			// Lock order: the ride (above), then its pending offer.
 			pending, err := pgstore.PendingOffer(ctx, tx, ride.ID)
@@ -130,6 +131,7 @@ func (s *Service) Act(ctx context.Context, id string, action dispatch.Action, ac
 					return err
 				}
 				fx.ReleaseOffers = append(fx.ReleaseOffers, dispatch.OfferRelease{DriverID: pending.DriverID, OfferID: pending.ID, Requeue: true})
+				withdrawn = pending
 			}
 			fx.ClearRetryTimers = append(fx.ClearRetryTimers, ride.ID)
 		}
@@ -152,13 +154,14 @@ func (s *Service) Act(ctx context.Context, id string, action dispatch.Action, ac
 			}
 			fx.Assignments = append(fx.Assignments, a)
 		}
-		_, err = pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
-			Type: rideEvent[to], Source: s.Source, Subject: ride.ID,
-			Data: events.RideTransitionData{
-				RideID: ride.ID, RiderID: ride.RiderID, DriverID: ride.DriverID, From: string(ride.Status), To: string(to),
-				By: string(actor), Reason: reason, At: at.UTC(),
-			},
-		})
+		data := events.RideTransitionData{
+			RideID: ride.ID, RiderID: ride.RiderID, DriverID: ride.DriverID, From: string(ride.Status), To: string(to),
+			By: string(actor), Reason: reason, At: at.UTC(), Version: version,
+		}
+		if withdrawn != nil {
+			data.WithdrawnOfferID, data.WithdrawnOfferDriverID = withdrawn.ID, withdrawn.DriverID
+		}
+		_, err = pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{Type: rideEvent[to], Source: s.Source, Subject: ride.ID, Data: data})
 		return err
 	})
 	return err

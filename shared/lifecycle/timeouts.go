@@ -75,7 +75,7 @@ func (s *Service) DriverOffline(ctx context.Context, driverID, reason string, ev
 				Type: events.RideReopened, Source: s.Source, Subject: ride.ID,
 				Data: events.RideTransitionData{RideID: ride.ID, RiderID: ride.RiderID, DriverID: driverID,
 					From: string(ride.Status), To: string(to), By: string(dispatch.ActorSystem),
-					Reason: "driver_offline", At: at.UTC()},
+					Reason: "driver_offline", At: at.UTC(), Version: version},
 			})
 			return err
 		case dispatch.RideInProgress:

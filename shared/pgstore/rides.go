@@ -112,6 +112,16 @@ func OpenRideOf(ctx context.Context, q Querier, riderID string) (*dispatch.Ride,
 	return r, pgErr(err)
 }
 
+// CurrentRideOfDriver returns driverID's ACCEPTED or IN_PROGRESS ride without locking it, or nil.
+func CurrentRideOfDriver(ctx context.Context, q Querier, driverID string) (*dispatch.Ride, error) {
+	r, err := scanRide(q.QueryRow(ctx, `SELECT `+rideCols+` FROM rides
+		WHERE driver_id = $1 AND status IN ('ACCEPTED','IN_PROGRESS')`, driverID))
+	if IsNoRows(err) {
+		return nil, nil
+	}
+	return r, pgErr(err)
+}
+
 // GetRide returns ride id, locking its row until the end of the transaction when forUpdate is true.
 // It returns a not_found error when there is no such ride (or id is not a UUID).
 func GetRide(ctx context.Context, q Querier, id string, forUpdate bool) (*dispatch.Ride, error) {

@@ -1,0 +1,361 @@
+// Package function is the notify function: it pushes what clients care about to their phones'
+// live WebSocket connections, held by an API Gateway WebSocket API (flagdown dev's local one in
+// development), and keeps the registry of those connections.
+//
+//	POST /function/notify             a CloudEvent from a trigger (see events.TypesFor("notify")):
+//	                                   the message goes to the ride's parties only
+//	POST /function/notify/connect     the gateway's $connect integration: registers the connection
+//	POST /function/notify/disconnect  the gateway's $disconnect integration: forgets it
+//	POST /function/notify/message     the gateway's $default integration: {"action":"sync"} pushes
+//	                                   the caller's current state to that connection again
+//
+// All four are internal: the CloudEvent must carry the internal signature (shared/internalauth), the
+// gateway's calls Authorization: Bearer <internal secret>, a static header of the gateway's HTTP
+// integrations. The client's own token travels in X-Flagdown-Client-Token (from its upgrade
+// request's Authorization header or access_token query parameter) and is verified at connect
+// exactly as the HTTP API verifies it (shared/auth); the connection then belongs to the token's
+// role and subject, and nothing addressed to anyone else is ever posted to it.
+//
+// Who gets what (push.MessageType): the offered driver his offer (and, with no live connection,
+// a mobile push to his registered devices), its expiry, its withdrawal when the rider cancels; the
+// rider every status change of his ride; the ride's driver a change someone else made (the rider
+// cancelled; the ride was re-opened without him). Message ids are stable (push.Message), so a
+// redelivered event or a sync repeats an id the client already has, and it drops it.
+package function
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/flagdown/flagdown/events"
+	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/auth"
+	"github.com/flagdown/flagdown/shared/cloudevent"
+	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/httpx"
+	"github.com/flagdown/flagdown/shared/pgstore"
+	"github.com/flagdown/flagdown/shared/push"
+)
+
+// Triggers are the event types this function pushes.
+var Triggers = events.TypesFor("notify")
+
+// HeaderConnectionID carries the gateway's connection id on its integration calls.
+const HeaderConnectionID = "X-Flagdown-Connection-Id"
+
+// HeaderClientToken carries the client's bearer token on the $connect integration call.
+const HeaderClientToken = "X-Flagdown-Client-Token"
+
+// MaxMessageBytes is the largest client message the $default route reads.
+const MaxMessageBytes = 4 << 10
+
+// Outcomes of Handle.
+const (
+	// OutcomePushed: the message reached at least one live connection (or device).
+	OutcomePushed = "pushed"
+	// OutcomeNoConnection: the recipients hold no live connection; they will see it by polling.
+	OutcomeNoConnection = "no_connection"
+	// OutcomeStale: the event is past being useful (an offer whose window already closed).
+	OutcomeStale = "stale"
+	// OutcomeOff: push is not configured (FLAGDOWN_PUSH_ENDPOINT empty).
+	OutcomeOff = "push_off"
+)
+
+// Function pushes messages and keeps the connection registry.
+type Function struct {
+	d   *app.Deps
+	p   *push.Pusher
+	mux *http.ServeMux
+}
+
+// New returns the function over d.
+func New(d *app.Deps) *Function {
+	f := &Function{d: d, p: d.Push(), mux: http.NewServeMux()}
+	f.mux.Handle("/{$}", app.EventHandler(d, Triggers, f.Handle))
+	f.mux.Handle("/connect", f.internal(f.connect))
+	f.mux.Handle("/disconnect", f.internal(f.disconnect))
+	f.mux.Handle("/message", f.internal(f.message))
+	f.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		httpx.WriteError(w, r, d.Log, dispatch.NotFound("path", r.URL.Path))
+	})
+	return f
+}
+
+var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
+
+// Handle is the OpenFaaS golang-middleware entry point.
+func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }
+
+// ServeHTTP routes the event and the gateway's integration calls.
+func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "" {
+		r.URL.Path = "/"
+	}
+	f.mux.ServeHTTP(w, r)
+}
+
+// internal wraps a gateway integration route: POST only, the internal credential, a valid
+// connection id header.
+func (f *Function) internal(fn func(w http.ResponseWriter, r *http.Request, connID string) (any, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		httpx.Serve(w, r, f.d.Log, http.MethodPost, func() (int, any, error) {
+			if err := f.d.Internal().VerifyRequest(r); err != nil {
+				return 0, nil, err
+			}
+			id := r.Header.Get(HeaderConnectionID)
+			if err := push.ValidateConnectionID(HeaderConnectionID, id); err != nil {
+				return 0, nil, err
+			}
+			v, err := fn(w, r, id)
+			return http.StatusOK, v, err
+		})
+	})
+}
+
+// ConnectAnswer is the answer of the $connect integration.
+type ConnectAnswer struct {
+	ConnectionID string `json:"connection_id"`
+	Role         string `json:"role"`
+	Subject      string `json:"subject"`
+}
+
+// connect verifies the client's token and registers the connection under its role and subject.
+// A connection evicted for being one too many of that user is closed.
+func (f *Function) connect(_ http.ResponseWriter, r *http.Request, connID string) (any, error) {
+	if f.d.Auth == nil {
+		return nil, dispatch.Unavailable("auth", fmt.Errorf("no token verifier configured"))
+	}
+	tok := strings.TrimSpace(r.Header.Get(HeaderClientToken))
+	if scheme, rest, ok := strings.Cut(tok, " "); ok && strings.EqualFold(scheme, "Bearer") {
+		tok = strings.TrimSpace(rest)
+	}
+	if tok == "" {
+		return nil, &dispatch.Error{Code: dispatch.CodeUnauthenticated, Field: HeaderClientToken,
+			Message: HeaderClientToken + ": a connection needs the client's token (Authorization: Bearer <token> or ?access_token=)"}
+	}
+	id, err := f.d.Auth.Verify(tok)
+	if err != nil {
+		return nil, err
+	}
+	u := push.User{Role: string(id.Role), ID: id.Subject}
+	evicted, err := f.p.Registry.Register(r.Context(), u, connID)
+	if err != nil {
+		return nil, err
+	}
+	for _, old := range evicted {
+		if err := f.p.Close(r.Context(), old); err != nil {
+			f.d.Log.Warn("close evicted connection", "connection_id", old, "user", u.String(), "err", err)
+		}
+	}
+	return ConnectAnswer{ConnectionID: connID, Role: u.Role, Subject: u.ID}, nil
+}
+
+// disconnect forgets the connection; a connection never registered (or already forgotten) is fine.
+func (f *Function) disconnect(_ http.ResponseWriter, r *http.Request, connID string) (any, error) {
+	_, _, err := f.p.Registry.Unregister(r.Context(), connID)
+	return map[string]string{"connection_id": connID}, err
+}
+
+// ClientMessage is a message a client sends on its connection. The only action is "sync": push my
+// current state to this connection again (send it after every connect: the gateway cannot post
+// to a connection before its $connect integration has answered).
+type ClientMessage struct {
+	Action string `json:"action"`
+}
+
+// ActionSync is ClientMessage.Action asking for the current state.
+const ActionSync = "sync"
+
+// message handles a client's message: sync pushes the caller's live offer, current ride or open
+// ride to this connection only.
+func (f *Function) message(w http.ResponseWriter, r *http.Request, connID string) (any, error) {
+	var m ClientMessage
+	if err := httpx.DecodeJSON(w, r, MaxMessageBytes, &m); err != nil {
+		return nil, err
+	}
+	if m.Action != ActionSync {
+		return nil, dispatch.Invalid("action", `must be "sync"`)
+	}
+	u, ok, err := f.p.Registry.Lookup(r.Context(), connID)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, dispatch.NotFound("connection", connID)
+	}
+	msgs, err := f.state(r.Context(), u)
+	if err != nil {
+		return nil, err
+	}
+	for _, msg := range msgs {
+		if err := f.p.SendTo(r.Context(), u, connID, msg); err != nil {
+			return nil, err
+		}
+	}
+	return map[string]int{"sent": len(msgs)}, nil
+}
+
+// state is what a user's phone shows now: a driver's live offer and current ride, a rider's open
+// ride. The messages have the ids of the pushes that first said the same.
+func (f *Function) state(ctx context.Context, u push.User) ([]push.Message, error) {
+	var out []push.Message
+	var ride *dispatch.Ride
+	var err error
+	switch auth.Role(u.Role) {
+	case auth.RoleDriver:
+		o, err := f.d.Redis.OfferLock(ctx, u.ID)
+		if err != nil {
+			return nil, err
+		}
+		if o != nil && time.Until(o.ExpiresAt) > 0 {
+			out = append(out, push.OfferMessage(*o, o.ExpiresAt.Add(-f.d.Config.OfferWindow)))
+		}
+		ride, err = pgstore.CurrentRideOfDriver(ctx, f.d.DB.Pool, u.ID)
+	case auth.RoleRider:
+		ride, err = pgstore.OpenRideOf(ctx, f.d.DB.Pool, u.ID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if ride != nil {
+		out = append(out, push.RideStatusMessage(push.RideStatus{
+			RideID: ride.ID, Status: ride.Status, Version: ride.Version, DriverID: ride.DriverID,
+		}, statusTime(ride)))
+	}
+	return out, nil
+}
+
+// statusTime is when ride entered its current status, as far as the ride row says.
+func statusTime(r *dispatch.Ride) time.Time {
+	for _, t := range []*time.Time{r.CancelledAt, r.CompletedAt, r.StartedAt, r.AcceptedAt} {
+		if t != nil {
+			return *t
+		}
+	}
+	return r.CreatedAt
+}
+
+// delivery is one message for one recipient.
+type delivery struct {
+	to  push.User
+	msg push.Message
+	// ttl > 0 asks for the mobile fallback, kept that long.
+	ttl time.Duration
+}
+
+func driver(id string) push.User { return push.User{Role: string(auth.RoleDriver), ID: id} }
+func rider(id string) push.User  { return push.User{Role: string(auth.RoleRider), ID: id} }
+
+// Handle pushes the messages event e means to the ride's parties. It returns OutcomePushed,
+// OutcomeNoConnection, OutcomeStale or OutcomeOff; an error when a recipient's connection could not
+// be reached for a reason that may pass (the trigger delivers the event again; repeats carry the
+// same message ids).
+func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
+	if err := dispatch.ValidateRideID("subject", e.Subject()); err != nil {
+		return "", err
+	}
+	if !f.p.Enabled() {
+		return OutcomeOff, nil
+	}
+	ds, err := f.route(ctx, e)
+	if err != nil || len(ds) == 0 {
+		if err == nil {
+			return OutcomeStale, nil
+		}
+		return "", err
+	}
+	reached := false
+	var firstErr error
+	for _, d := range ds {
+		var got push.Delivery
+		var err error
+		if d.ttl > 0 {
+			got, err = f.p.SendOrMobile(ctx, d.to, d.msg, d.ttl)
+		} else {
+			got, err = f.p.Send(ctx, d.to, d.msg)
+		}
+		if got.Sockets+got.Mobile > 0 {
+			reached = true
+		}
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	if firstErr != nil {
+		return "", dispatch.Unavailable("push", firstErr)
+	}
+	if !reached {
+		return OutcomeNoConnection, nil
+	}
+	return OutcomePushed, nil
+}
+
+// route turns e into its deliveries: who gets which message. It reads nothing but the event, and
+// records the ride's rider for position pushes when a ride gets its driver.
+func (f *Function) route(ctx context.Context, e event.Event) ([]delivery, error) {
+	switch e.Type() {
+	case events.RideOffered:
+		var d events.RideOfferedData
+		if err := cloudevent.DecodeData(e, &d); err != nil {
+			return nil, err
+		}
+		ttl := time.Until(d.ExpiresAt)
+		if ttl <= 0 {
+			return nil, nil // the window closed before we could say it opened
+		}
+		o := dispatch.LiveOffer{OfferID: d.OfferID, RideID: d.RideID, DistanceM: d.DistanceM, ExpiresAt: d.ExpiresAt,
+			Pickup: dispatch.Point{Lat: d.Pickup.Lat, Lng: d.Pickup.Lng}}
+		if d.Dropoff != nil {
+			o.Dropoff = dispatch.Point{Lat: d.Dropoff.Lat, Lng: d.Dropoff.Lng}
+		}
+		return []delivery{{to: driver(d.DriverID), msg: push.OfferMessage(o, e.Time()), ttl: ttl}}, nil
+	case events.RideOfferExpired:
+		var d events.RideOfferExpiredData
+		if err := cloudevent.DecodeData(e, &d); err != nil {
+			return nil, err
+		}
+		return []delivery{{to: driver(d.DriverID), msg: push.OfferEndMessage(push.TypeOfferExpired, d.RideID, d.OfferID, d.ExpiresAt)}}, nil
+	case events.RideAccepted:
+		var d events.RideAcceptedData
+		if err := cloudevent.DecodeData(e, &d); err != nil {
+			return nil, err
+		}
+		if err := f.p.Registry.SetRideRider(ctx, d.RideID, d.RiderID); err != nil {
+			return nil, err
+		}
+		s := push.RideStatus{RideID: d.RideID, Status: dispatch.RideAccepted, Version: d.Version, DriverID: d.DriverID, By: string(dispatch.ActorDriver)}
+		return []delivery{{to: rider(d.RiderID), msg: push.RideStatusMessage(s, d.AcceptedAt)}}, nil
+	case events.RideStarted, events.RideCompleted, events.RideCancelled, events.RideReopened:
+		var d events.RideTransitionData
+		if err := cloudevent.DecodeData(e, &d); err != nil {
+			return nil, err
+		}
+		s := push.RideStatus{RideID: d.RideID, Status: dispatch.RideStatus(d.To), Version: d.Version, DriverID: d.DriverID, By: d.By, Reason: d.Reason}
+		if s.Status == dispatch.RideRequested {
+			s.DriverID = "" // re-opened: matched again without him
+		}
+		msg := push.RideStatusMessage(s, d.At)
+		out := []delivery{{to: rider(d.RiderID), msg: msg}}
+		if d.DriverID != "" && (e.Type() == events.RideCancelled || e.Type() == events.RideReopened) {
+			out = append(out, delivery{to: driver(d.DriverID), msg: msg})
+		}
+		if d.WithdrawnOfferID != "" && d.WithdrawnOfferDriverID != "" {
+			out = append(out, delivery{to: driver(d.WithdrawnOfferDriverID),
+				msg: push.OfferEndMessage(push.TypeOfferWithdrawn, d.RideID, d.WithdrawnOfferID, d.At)})
+		}
+		return out, nil
+	case events.RideUnmatched:
+		var d events.RideUnmatchedData
+		if err := cloudevent.DecodeData(e, &d); err != nil {
+			return nil, err
+		}
+		s := push.RideStatus{RideID: d.RideID, Status: dispatch.RideUnmatched, Version: d.Version, By: string(dispatch.ActorSystem), Reason: d.Reason}
+		return []delivery{{to: rider(d.RiderID), msg: push.RideStatusMessage(s, d.At)}}, nil
+	}
+	return nil, dispatch.Invalid("type", "is not pushed by notify")
+}
