@@ -25,6 +25,7 @@ import (
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
+	"github.com/flagdown/flagdown/shared/push"
 	"github.com/flagdown/flagdown/shared/ratelimit"
 	"github.com/flagdown/flagdown/shared/redisstore"
 )
@@ -71,6 +72,9 @@ type PingRequest struct {
 type batchRequest struct {
 	Pings []json.RawMessage `json:"pings"`
 }
+
+// PositionPushTimeout bounds the background pushes of one call's driver positions to their riders.
+const PositionPushTimeout = 2 * time.Second
 
 // PingResponse is the answer for one ping.
 type PingResponse struct {
@@ -123,15 +127,22 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		out := make([]PingResponse, len(pings))
+		var ups []push.PositionUpdate
 		for i, j := 0, 0; i < len(pings); i++ {
 			if limited[pings[i].DriverID] != nil {
 				out[i] = PingResponse{DriverID: pings[i].DriverID, Rejected: RejectedRateLimited}
 				continue
 			}
 			res := results[j]
+			p := apply[j]
 			j++
 			out[i] = PingResponse{DriverID: pings[i].DriverID, Applied: res.Applied, Rejected: res.Rejected, Status: res.Status, Offer: res.Offer}
+			if res.PushRide != "" {
+				ups = append(ups, push.PositionUpdate{At: p.At, Data: push.DriverPosition{
+					RideID: res.PushRide, DriverID: p.DriverID, Position: p.Position, HeadingDeg: p.HeadingDeg}})
+			}
 		}
+		f.d.Push().PositionsAsync(ups, PositionPushTimeout)
 		if single {
 			return http.StatusOK, out[0], nil
 		}

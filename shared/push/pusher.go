@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,6 +34,7 @@ type Pusher struct {
 	gw       gateway
 	mobile   Mobile
 	log      *slog.Logger
+	inflight atomic.Int64
 }
 
 // NewPusher returns a Pusher over reg that posts through gw (nil: push is off, every Send delivers
@@ -158,6 +160,28 @@ type PositionUpdate struct {
 	Data DriverPosition
 	// At is when the fix was taken.
 	At time.Time
+}
+
+// MaxPositionBatchesInFlight bounds the PositionsAsync calls running at once in a process; past it
+// updates are dropped (a position is worth little once the next one is due).
+const MaxPositionBatchesInFlight = 64
+
+// PositionsAsync runs Positions in the background within timeout, unless
+// MaxPositionBatchesInFlight are running already: then ups are dropped. It never blocks.
+func (p *Pusher) PositionsAsync(ups []PositionUpdate, timeout time.Duration) {
+	if !p.Enabled() || len(ups) == 0 {
+		return
+	}
+	if p.inflight.Add(1) > MaxPositionBatchesInFlight {
+		p.inflight.Add(-1)
+		return
+	}
+	go func() {
+		defer p.inflight.Add(-1)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		p.Positions(ctx, ups)
+	}()
 }
 
 // MaxParallelPositions bounds the position pushes one call of Positions runs at once.

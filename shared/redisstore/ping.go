@@ -40,12 +40,15 @@ type PingResult struct {
 	Status dispatch.DriverStatus
 	// Offer is the driver's live offer, nil when none.
 	Offer *dispatch.LiveOffer
+	// PushRide is the ride whose rider is due a push of this position (Store.PositionPushInterval
+	// passed since the last one of that ride), empty otherwise.
+	PushRide string
 }
 
 // pingScript applies one ping atomically (one round trip per call, pipelined for batches).
 // KEYS: driver hash, heartbeat, GEO set, offer lock, deadlines. ARGV: driver id, lat, lng, ts ms,
 // status ("" keeps), heading, speed, heartbeat TTL ms, max speed m/s, noise m, ride-pos key prefix,
-// ride-pos TTL ms, driver-state TTL ms, on-ride set key. The heartbeat's deadline is Redis's clock
+// ride-pos TTL ms, driver-state TTL ms, on-ride set key, position push interval ms (0 = none). The heartbeat's deadline is Redis's clock
 // + TTL. A driver whose hash holds a ride is (re-)added to the on-ride set, so reconcile finds every
 // such driver even if the set was lost or predates him.
 // Rules: a ping not newer than the last accepted one is stale: it still proves the driver alive
@@ -53,7 +56,9 @@ type PingResult struct {
 // GPS jump: it refreshes the heartbeat but not the position. Drivers on a ride keep the status
 // flagdown gave them, and only the driver a ride's live position was handed to (field driver, see
 // ApplyAssignment) writes it. Only available drivers with no ride and no live offer are members of
-// the GEO set. The driver hash expires driver-state TTL after the last ping.
+// the GEO set. The driver hash expires driver-state TTL after the last ping. A ride position written
+// at least the push interval after the last one marked due (field pushed, Redis's clock) is marked
+// due again and its ride returned, so its rider gets at most one position push per interval.
 var pingScript = redis.NewScript(redisNowMs + `
 local cur = redis.call('HMGET', KEYS[1], 'ts', 'lat', 'lng', 'status', 'ride')
 local ts = tonumber(ARGV[4])
@@ -67,7 +72,7 @@ local hbdl = now + tonumber(ARGV[8])
 if lastTs and ts <= lastTs then
   redis.call('HSET', KEYS[1], 'hbdl', hbdl)
   redis.call('PEXPIRE', KEYS[1], ARGV[13])
-  return {0, 'stale', status, offer or ''}
+  return {0, 'stale', status, offer or '', ''}
 end
 local lat, lng = tonumber(ARGV[2]), tonumber(ARGV[3])
 local applied, rejected = 1, ''
@@ -108,14 +113,22 @@ else
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
 if ride ~= '' then redis.call('SADD', ARGV[14], ARGV[1]) end
+local push = ''
 if ride ~= '' and applied == 1 then
   local rk = ARGV[11] .. ride
-  if redis.call('HGET', rk, 'driver') == ARGV[1] then
-    redis.call('HSET', rk, 'lat', ARGV[2], 'lng', ARGV[3], 'ts', ARGV[4])
+  local rp = redis.call('HMGET', rk, 'driver', 'pushed')
+  if rp[1] == ARGV[1] then
+    local every = tonumber(ARGV[15])
+    if every > 0 and now - tonumber(rp[2] or '0') >= every then
+      redis.call('HSET', rk, 'lat', ARGV[2], 'lng', ARGV[3], 'ts', ARGV[4], 'pushed', now)
+      push = ride
+    else
+      redis.call('HSET', rk, 'lat', ARGV[2], 'lng', ARGV[3], 'ts', ARGV[4])
+    end
     redis.call('PEXPIRE', rk, ARGV[12])
   end
 end
-return {applied, rejected, status, offer or ''}
+return {applied, rejected, status, offer or '', push}
 `)
 
 // ApplyPings applies pings in one round trip (a pipeline of script calls) and returns one result
@@ -141,7 +154,7 @@ func (s *Store) ApplyPings(ctx context.Context, pings []Ping) ([]PingResult, err
 	out := make([]PingResult, len(cmds))
 	for i, c := range cmds {
 		vals, err := c.(*redis.Cmd).Slice()
-		if err != nil || len(vals) != 4 {
+		if err != nil || len(vals) != 5 {
 			return nil, dispatch.Internal(err)
 		}
 		applied, _ := vals[0].(int64)
@@ -149,6 +162,7 @@ func (s *Store) ApplyPings(ctx context.Context, pings []Ping) ([]PingResult, err
 			Applied:  applied == 1,
 			Rejected: str(vals[1]),
 			Status:   dispatch.DriverStatus(str(vals[2])),
+			PushRide: str(vals[4]),
 		}
 		if v := str(vals[3]); v != "" {
 			if out[i].Offer, err = decodeOffer(v); err != nil {
@@ -190,5 +204,6 @@ func (s *Store) pingArgs(p Ping) []any {
 		s.RidePosTTL.Milliseconds(),
 		s.DriverStateTTL.Milliseconds(),
 		s.onRideKey(),
+		s.PositionPushInterval.Milliseconds(),
 	}
 }

@@ -15,7 +15,7 @@
 //	P onride             set of the drivers whose hash holds a ride (reconcile and verify read it)
 //	P offer:{id}         offer lock of a driver, value = the offer as JSON (dispatch.LiveOffer), TTL =
 //	                     offer window
-//	P ridepos:{ride id}  hash lat, lng, ts, driver, ver: the live position of the ride's driver while it
+//	P ridepos:{ride id}  hash lat, lng, ts, driver, ver, pushed (last position push, ms): the live position of the ride's driver while it
 //	                     is ACCEPTED/IN_PROGRESS; only that driver's pings write it, and ver (the ride
 //	                     version that handed it to him) guards it like the epoch guards the hash
 //
@@ -48,6 +48,9 @@ type Store struct {
 	MaxSpeedMPS float64
 	// RidePosTTL bounds how long a live ride position is kept without pings.
 	RidePosTTL time.Duration
+	// PositionPushInterval is the least time between two position pushes to a ride's rider
+	// (PingResult.PushRide); 0 marks none due.
+	PositionPushInterval time.Duration
 	// DriverStateTTL is how long a driver's hash lives after his last ping (retention).
 	DriverStateTTL time.Duration
 	// MissMemory is how long a missed offer counts against a driver (RecordMiss).

@@ -672,3 +672,44 @@ func TestApplyEffects(t *testing.T) {
 		}
 	})
 }
+
+// A ride's rider is due a position push at most once per PositionPushInterval, only for positions
+// of the ride's own driver, and never with the interval at 0.
+func TestPositionPushDueOncePerInterval(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	s.PositionPushInterval = 400 * time.Millisecond
+	at := time.Now().Add(-time.Minute)
+	ping(t, s, "A", midtown, at, dispatch.DriverAvailable)
+	ping(t, s, "B", soho, at, dispatch.DriverAvailable)
+	assign(t, s, dispatch.Assignment{DriverID: "A", Epoch: 1, RideID: "R", RideStatus: dispatch.RideAccepted, RideVersion: 2}, redisstore.AssignApplied)
+	step := func(i int) dispatch.Point { return dispatch.Point{Lat: midtown.Lat + float64(i)*1e-5, Lng: midtown.Lng} }
+	if got := ping(t, s, "A", step(1), at.Add(1*time.Second), "").PushRide; got != "R" {
+		t.Fatalf("first position on the ride: PushRide = %q, want R", got)
+	}
+	if got := ping(t, s, "A", step(2), at.Add(2*time.Second), "").PushRide; got != "" {
+		t.Errorf("second position within the interval: PushRide = %q, want none", got)
+	}
+	if got := ping(t, s, "A", step(2), at.Add(2*time.Second), "").PushRide; got != "" {
+		t.Errorf("stale ping: PushRide = %q, want none", got)
+	}
+	if got := ping(t, s, "B", soho, at.Add(3*time.Second), "").PushRide; got != "" {
+		t.Errorf("a driver not on the ride: PushRide = %q, want none", got)
+	}
+	// Redis's clock decides: wait past the interval.
+	deadline := time.Now().Add(5 * time.Second)
+	for i := 3; ; i++ {
+		time.Sleep(100 * time.Millisecond)
+		if ping(t, s, "A", step(i), at.Add(time.Duration(i)*time.Second), "").PushRide == "R" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no position push due again after the interval passed")
+		}
+	}
+	s.PositionPushInterval = 0
+	time.Sleep(500 * time.Millisecond)
+	if got := ping(t, s, "A", step(100), at.Add(100*time.Second), "").PushRide; got != "" {
+		t.Errorf("interval 0: PushRide = %q, want none", got)
+	}
+}
