@@ -48,6 +48,7 @@ type conn struct {
 	connectedAt time.Time
 	lastActive  atomic.Int64 // unix nanoseconds of the last data message either way
 
+	ready  chan struct{}   // closed when ws, guard and connectedAt are set (ws nil: the upgrade failed)
 	ctx    context.Context // ends when the connection starts to close
 	cancel context.CancelFunc
 
@@ -66,6 +67,10 @@ func (c *conn) shutdown(reason CloseReason, code websocket.StatusCode, text stri
 		c.reason = reason
 		c.g.unregister(c)
 		c.cancel()
+		if <-c.ready; c.ws == nil { // the upgrade failed: no socket
+			close(c.closed)
+			return
+		}
 		go func() {
 			done := make(chan struct{})
 			go func() {
@@ -96,6 +101,12 @@ func (g *Gateway) serveClient(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer g.leave()
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		// Not a WebSocket handshake: refused before any integration hears of it.
+		w.Header().Set("Upgrade", "websocket")
+		writeJSONError(w, http.StatusUpgradeRequired, "", "a WebSocket upgrade request is required")
+		return
+	}
 	id, err := newConnectionID()
 	if err != nil {
 		g.opts.Log.Error("websocket handshake", "err", err)
@@ -110,27 +121,41 @@ func (g *Gateway) serveClient(w http.ResponseWriter, r *http.Request) {
 		g.refused.Add(1)
 		return
 	}
-	gw := &guardedWriter{ResponseWriter: w, maxFrame: int64(g.opts.MaxFrameBytes)}
+	c := &conn{g: g, id: id, sourceIP: ip, userAgent: r.UserAgent(), ready: make(chan struct{}), closed: make(chan struct{})}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	registered := false
+	// The connection becomes postable when the 101 is committed, before the client can see it; a
+	// post that comes while the library finishes the upgrade waits for ready.
+	gw := &guardedWriter{ResponseWriter: w, maxFrame: int64(g.opts.MaxFrameBytes), maxMessage: int64(g.opts.MaxMessageBytes),
+		onHijack: func() { registered = g.register(c) },
+		onTooBig: func(frameSize bool) {
+			if frameSize {
+				go c.shutdown(ReasonFrameTooBig, statusMessageBig, fmt.Sprintf("frame over %d bytes", g.opts.MaxFrameBytes))
+			} else {
+				go c.shutdown(ReasonMessageTooBig, statusMessageBig, fmt.Sprintf("message over %d bytes", g.opts.MaxMessageBytes))
+			}
+		}}
 	ws, err := websocket.Accept(gw, r, &websocket.AcceptOptions{
 		// API Gateway accepts any Origin; a connection is authorized by the connect integration.
 		InsecureSkipVerify: true,
 		CompressionMode:    websocket.CompressionDisabled,
 	})
 	if err != nil {
+		g.unregister(c)
+		close(c.ready)
 		// Accept has answered the client; the connect integration accepted it, so it hears the end.
 		g.opts.Log.Warn("websocket upgrade failed", "connection_id", id, "err", err)
 		g.disconnect(id)
 		return
 	}
 	ws.SetReadLimit(int64(g.opts.MaxMessageBytes))
-	c := &conn{g: g, id: id, ws: ws, guard: gw.guard, sourceIP: ip, userAgent: r.UserAgent(),
-		connectedAt: time.Now(), closed: make(chan struct{})}
+	c.ws, c.guard, c.connectedAt = ws, gw.guard, time.Now()
 	c.touch()
-	c.ctx, c.cancel = context.WithCancel(context.Background())
+	close(c.ready)
 	g.accepted.Add(1)
 	g.open.Add(1)
 	defer g.open.Add(^uint64(0))
-	if !g.register(c) {
+	if !registered {
 		go c.shutdown(ReasonShutdown, statusGoingAway, "server shutting down")
 	}
 	c.run()
@@ -182,17 +207,17 @@ func (c *conn) run() {
 	go func() { defer workers.Done(); c.deliver(queue) }()
 	go func() { defer workers.Done(); c.supervise() }()
 
-	reason, code, text := ReasonClient, websocket.StatusCode(0), ""
+	reason := ReasonClient
 	for {
 		_, data, err := c.ws.Read(context.Background())
 		if err != nil {
-			switch {
-			case c.guard.tooBig.Load():
-				reason, code, text = ReasonFrameTooBig, statusMessageBig, fmt.Sprintf("frame over %d bytes", g.opts.MaxFrameBytes)
-			case errors.Is(err, websocket.ErrMessageTooBig):
-				reason = ReasonMessageTooBig // the library has sent 1009
+			if errors.Is(err, websocket.ErrMessageTooBig) { // the library's backstop has sent 1009
+				reason = ReasonMessageTooBig
 			}
 			break
+		}
+		if c.ctx.Err() != nil {
+			continue // closing: the integration hears nothing more from this connection
 		}
 		c.touch()
 		g.received.Add(1)
@@ -203,7 +228,7 @@ func (c *conn) run() {
 			g.opts.Log.Warn("client message dropped: message integration backlog full", "connection_id", c.id, "queue", cap(queue))
 		}
 	}
-	c.shutdown(reason, code, text)
+	c.shutdown(reason, 0, "")
 	close(queue)
 	workers.Wait()
 	g.countClosed(c.reason)
@@ -337,71 +362,105 @@ func writeFragmented(ctx context.Context, ws *websocket.Conn, data []byte, frame
 // guardedWriter hands the WebSocket library a connection whose reads go through a frameGuard.
 type guardedWriter struct {
 	http.ResponseWriter
-	maxFrame int64
-	guard    *frameGuard
+	maxFrame, maxMessage int64
+	onHijack             func()               // called once the 101 is committed, before the connection is taken over
+	onTooBig             func(frameSize bool) // called once, when the client goes over a limit
+	guard                *frameGuard
 }
 
 // Hijack takes over the connection, keeping bytes the HTTP server had already buffered.
 func (w *guardedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	w.onHijack()
 	nc, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
 	}
 	buffered, _ := brw.Reader.Peek(brw.Reader.Buffered())
-	w.guard = &frameGuard{Conn: nc, r: io.MultiReader(bytes.NewReader(bytes.Clone(buffered)), nc), max: w.maxFrame}
+	w.guard = &frameGuard{Conn: nc, r: io.MultiReader(bytes.NewReader(bytes.Clone(buffered)), nc),
+		maxFrame: w.maxFrame, maxMessage: w.maxMessage, onTooBig: w.onTooBig}
 	brw.Reader.Reset(w.guard)
 	return w.guard, brw, nil
 }
 
-// errFrameTooBig is what a frameGuard's reads return after a frame over its limit.
-var errFrameTooBig = errors.New("websocket frame over the size limit")
-
 // frameGuard is the server's side of a client connection: it follows the client's frame headers
-// (RFC 6455 §5.2) in the byte stream and fails the reads from the first data frame whose payload
-// is over max bytes (the library limits only whole messages).
+// (RFC 6455 §5.2) in the byte stream and enforces API Gateway's limits the library cannot (it
+// limits only whole messages): from the first data frame over maxFrame bytes, or that takes its
+// message over maxMessage bytes, it calls onTooBig (which closes with 1009) and drops that frame
+// and every later data frame, while control frames (the client's answer to the close) pass. So the
+// close handshake completes and the client reads its 1009 before the TCP connection ends.
 type frameGuard struct {
 	net.Conn
-	r      io.Reader
-	max    int64
-	tooBig atomic.Bool
+	r                    io.Reader
+	maxFrame, maxMessage int64
+	onTooBig             func(frameSize bool)
 
+	in        [32 << 10]byte // what was read from the connection
+	buf       []byte         // the bytes of in that are handed on
+	out       []byte         // what is left of buf to hand to the library
 	hdr       [maxFrameHeader]byte
 	hn        int   // header bytes collected
-	remaining int64 // payload bytes of the current frame still to pass
+	remaining int64 // payload bytes of the current frame still to come
+	passing   bool  // the current frame's payload is handed on
+	message   int64 // payload bytes of the current message so far
+	over      bool  // a limit was passed: data frames are dropped from here on
 	err       error
 }
 
-// Read passes the bytes of frames within the limit.
+// Read hands on the bytes of the frames within the limits.
 func (f *frameGuard) Read(p []byte) (int, error) {
-	if f.err != nil {
-		return 0, f.err
+	for len(f.out) == 0 {
+		if f.err != nil {
+			return 0, f.err
+		}
+		n, err := f.r.Read(f.in[:])
+		f.buf = f.filter(f.in[:n], f.buf[:0]) // f.out was empty: buf is free again
+		f.out, f.err = f.buf, err
 	}
-	n, err := f.r.Read(p)
-	for i := 0; i < n; {
+	n := copy(p, f.out)
+	f.out = f.out[n:]
+	return n, nil
+}
+
+// filter appends to dst the bytes of b to hand on.
+func (f *frameGuard) filter(b, dst []byte) []byte {
+	for i := 0; i < len(b); {
 		if f.remaining > 0 {
-			skip := min(f.remaining, int64(n-i))
-			i += int(skip)
-			f.remaining -= skip
+			k := int(min(f.remaining, int64(len(b)-i)))
+			if f.passing {
+				dst = append(dst, b[i:i+k]...)
+			}
+			i += k
+			f.remaining -= int64(k)
 			continue
 		}
-		start := i - f.hn // where this header began in p (negative: in an earlier read)
-		f.hdr[f.hn] = p[i]
+		f.hdr[f.hn] = b[i]
 		f.hn++
 		i++
 		need := headerLen(f.hdr[:f.hn])
 		if need == 0 || f.hn < need {
-			continue
+			continue // a header that goes on in the next read is handed on once complete
 		}
-		length := payloadLen(f.hdr[:f.hn])
+		h := f.hdr[:f.hn]
 		f.hn = 0
-		if opcode := f.hdr[0] & 0x0f; opcode < 0x8 && length > f.max {
-			f.tooBig.Store(true)
-			f.err = errFrameTooBig
-			return max(start, 0), nil
+		length := payloadLen(h)
+		control := h[0]&0x0f >= 0x8
+		if !control {
+			if h[0]&0x0f != 0 { // text or binary: a new message
+				f.message = 0
+			}
+			f.message += length
+			if !f.over && (length > f.maxFrame || f.message > f.maxMessage) {
+				f.over = true
+				f.onTooBig(length > f.maxFrame)
+			}
 		}
+		f.passing = !f.over || control
 		f.remaining = length
+		if f.passing {
+			dst = append(dst, h...)
+		}
 	}
-	return n, err
+	return dst
 }
 
 // headerLen is the length of the frame header h begins, or 0 while h is too short to tell.

@@ -66,6 +66,12 @@ func (g *Gateway) serveManagement(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusForbidden, push.ErrMissingAuthenticationToken, "Missing Authentication Token")
 		return
 	}
+	if c != nil {
+		<-c.ready // at most the end of the library's upgrade
+		if c.ws == nil {
+			c = nil
+		}
+	}
 	if c == nil {
 		writeJSONError(w, http.StatusGone, push.ErrGone, "connection "+id+" is gone")
 		return
