@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sns/types"
@@ -54,6 +55,9 @@ const (
 	MaxPushPayloadBytes = 4096
 	// MaxPushTTL is the longest push time to live accepted: FCM's maximum, 28 days.
 	MaxPushTTL = 28 * 24 * time.Hour
+	// SNSCallTimeout bounds one HTTP attempt of an SNS call (the SDK's retries each get their own):
+	// a push that takes longer is too late for an offer anyway.
+	SNSCallTimeout = 10 * time.Second
 )
 
 // ErrEndpointDisabled is wrapped by an *EndpointError when SNS answered EndpointDisabled: the push
@@ -110,8 +114,8 @@ var (
 // ARNs (FLAGDOWN_SNS_APP_ARN_FCM, _APNS, _APNS_SANDBOX) set it is off (Enabled is false) and
 // touches no AWS configuration. Otherwise it loads the AWS SDK's default configuration
 // (credentials from the environment, shared files or the workload's role) with the region of the
-// application ARNs, then optFns (tests pass their credentials), and sends SNS calls to
-// cfg.SNSEndpoint when it is set. The SDK's default retryer retries throttling and server errors.
+// application ARNs and an HTTP client whose attempts time out after SNSCallTimeout, then optFns
+// (tests pass their credentials), and sends SNS calls to cfg.SNSEndpoint when it is set. The SDK's default retryer retries throttling and server errors.
 // It returns an error for an application ARN without a region or an AWS configuration that cannot
 // be loaded.
 func NewSNS(ctx context.Context, cfg *config.Config, db *pgstore.DB, optFns ...func(*awsconfig.LoadOptions) error) (*SNS, error) {
@@ -130,7 +134,11 @@ func NewSNS(ctx context.Context, cfg *config.Config, db *pgstore.DB, optFns ...f
 	if len(s.apps) == 0 {
 		return s, nil
 	}
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, append([]func(*awsconfig.LoadOptions) error{awsconfig.WithRegion(region)}, optFns...)...)
+	defaults := []func(*awsconfig.LoadOptions) error{
+		awsconfig.WithRegion(region),
+		awsconfig.WithHTTPClient(awshttp.NewBuildableClient().WithTimeout(SNSCallTimeout)),
+	}
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, append(defaults, optFns...)...)
 	if err != nil {
 		return nil, fmt.Errorf("push: load AWS configuration: %w", err)
 	}
@@ -206,8 +214,11 @@ func (s *SNS) RegisterDevice(ctx context.Context, role auth.Role, userID string,
 	if err != nil {
 		return pgstore.Device{}, err
 	}
+	if !s.Enabled() {
+		return pgstore.Device{}, dispatch.Invalid("platform", "push to phones is not configured on this server")
+	}
 	app, ok := s.apps[platform]
-	if !ok || !s.Enabled() {
+	if !ok {
 		return pgstore.Device{}, dispatch.Invalid("platform", fmt.Sprintf("push to %s devices is not configured on this server", platform))
 	}
 	arn, err := s.ensureEndpoint(ctx, app, token, customUserData(role, userID))
@@ -372,8 +383,8 @@ func prepare(msg []byte, ttl time.Duration) (publication, error) {
 	if err != nil {
 		return publication{}, dispatch.Internal(err)
 	}
-	if len(apnsJSON) > MaxPushPayloadBytes || len(b) > MaxPushPayloadBytes {
-		return publication{}, dispatch.Invalid("msg", fmt.Sprintf("must fit a push payload of at most %d bytes (APNs and FCM limit): the APNs payload is %d bytes", MaxPushPayloadBytes, len(apnsJSON)))
+	if n := max(len(apnsJSON), len(b)); n > MaxPushPayloadBytes {
+		return publication{}, dispatch.Invalid("msg", fmt.Sprintf("must fit a push payload of at most %d bytes (the APNs and FCM limit); this one needs %d", MaxPushPayloadBytes, n))
 	}
 	message, err := json.Marshal(map[string]string{
 		"default":      compact.String(),

@@ -102,6 +102,7 @@ func actions(reqs []snstest.Request) []string {
 }
 
 func TestRegisterDeviceCreatesEndpoint(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	d := f.register(t, auth.RoleDriver, "d-7", push.PlatformFCM, fcmToken)
 
@@ -145,6 +146,7 @@ func TestRegisterDeviceCreatesEndpoint(t *testing.T) {
 // TestRegisterDeviceAgain: SNS's CreatePlatformEndpoint is idempotent for the same token and
 // attributes; a second registration names the same endpoint and changes nothing.
 func TestRegisterDeviceAgain(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	first := f.register(t, auth.RoleRider, "r-1", push.PlatformAPNS, strings.ToUpper(apnsToken))
 	if first.Token != apnsToken {
@@ -169,6 +171,7 @@ func TestRegisterDeviceAgain(t *testing.T) {
 // SNS's "already exists with the same Token, but different attributes"; the existing endpoint is
 // reused, re-enabled and re-labelled, and the previous owner loses the device.
 func TestRegisterDeviceOtherUserReusesEndpoint(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	first := f.register(t, auth.RoleDriver, "d-1", push.PlatformFCM, fcmToken)
 	before := len(f.sns.Requests())
@@ -213,6 +216,7 @@ func TestRegisterDeviceOtherUserReusesEndpoint(t *testing.T) {
 // the token) is returned as it is by CreatePlatformEndpoint; registration enables it again, in SNS
 // and in the devices table.
 func TestRegisterDeviceReenablesDisabledEndpoint(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t, nil)
 	d := f.register(t, auth.RoleDriver, "d-3", push.PlatformFCM, fcmToken)
@@ -240,6 +244,7 @@ func TestRegisterDeviceReenablesDisabledEndpoint(t *testing.T) {
 }
 
 func TestRegisterDeviceRejectsBadInput(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	for name, tc := range map[string]struct {
 		role     auth.Role
@@ -285,6 +290,7 @@ func TestRegisterDeviceRejectsBadInput(t *testing.T) {
 // TestRegisterDeviceUnconfiguredPlatform: a platform without an application ARN is refused before
 // any SNS call.
 func TestRegisterDeviceUnconfiguredPlatform(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, map[string]string{"FLAGDOWN_SNS_APP_ARN_APNS_SANDBOX": ""})
 	_, err := f.push.RegisterDevice(context.Background(), auth.RoleDriver, "d-1", push.PlatformAPNSSandbox, apnsToken)
 	if e := dispatch.AsError(err); err == nil || e.Code != dispatch.CodeInvalidArgument || e.Field != "platform" {
@@ -318,6 +324,7 @@ func jsonEqual(t *testing.T, what, got, want string) {
 }
 
 func TestPublishRequest(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t, nil)
 	d := f.register(t, auth.RoleDriver, "d-7", push.PlatformFCM, fcmToken)
@@ -393,6 +400,7 @@ func strconvQuote(s string) string {
 
 // TestPublishPerPlatform: each endpoint gets its platform's payload.
 func TestPublishPerPlatform(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t, nil)
 	ios := f.register(t, auth.RoleDriver, "d-1", push.PlatformAPNSSandbox, apnsToken)
@@ -417,6 +425,7 @@ func TestPublishPerPlatform(t *testing.T) {
 }
 
 func TestPublishEndpointDisabled(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t, nil)
 	d := f.register(t, auth.RoleDriver, "d-7", push.PlatformFCM, fcmToken)
@@ -448,6 +457,7 @@ func TestPublishEndpointDisabled(t *testing.T) {
 
 // TestPublishInjectedErrors: errors the stand-in is told to answer for an endpoint.
 func TestPublishInjectedErrors(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t, nil)
 	d := f.register(t, auth.RoleDriver, "d-7", push.PlatformFCM, fcmToken)
@@ -483,6 +493,7 @@ func TestPublishInjectedErrors(t *testing.T) {
 
 // TestPublishEndpointDeleted: an endpoint deleted in SNS answers NotFound; the row goes.
 func TestPublishEndpointDeleted(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil)
 	d := f.register(t, auth.RoleRider, "r-9", push.PlatformAPNS, apnsToken)
 	f.sns.RemoveEndpoint(d.EndpointARN)
@@ -497,6 +508,7 @@ func TestPublishEndpointDeleted(t *testing.T) {
 }
 
 func TestPublishToUser(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t, nil)
 	android := f.register(t, auth.RoleDriver, "d-7", push.PlatformFCM, fcmToken)
@@ -528,6 +540,7 @@ func TestPublishToUser(t *testing.T) {
 }
 
 func TestPublishRejectsBadInput(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t, nil)
 	d := f.register(t, auth.RoleDriver, "d-7", push.PlatformFCM, fcmToken)
@@ -571,6 +584,7 @@ func TestPublishRejectsBadInput(t *testing.T) {
 }
 
 func TestUnregisterDevice(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := newFixture(t, nil)
 	d := f.register(t, auth.RoleRider, "r-1", push.PlatformAPNS, apnsToken)
@@ -592,6 +606,7 @@ func TestUnregisterDevice(t *testing.T) {
 
 // TestOffWithoutApplications: no platform application configured turns the fallback off.
 func TestOffWithoutApplications(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cfg, err := config.FromEnv(map[string]string{})
 	if err != nil {
