@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"reflect"
+	"regexp"
 	"strings"
 	"time"
 
@@ -168,6 +169,21 @@ type Config struct {
 	// PushPositionInterval is the least time between two pushes of a driver's position to his ride's
 	// rider (one per ride); 0 pushes none.
 	PushPositionInterval time.Duration `env:"FLAGDOWN_PUSH_POSITION_INTERVAL" envDefault:"1s"`
+	// SNSAppARNFCM is the ARN of the Amazon SNS platform application (platform GCM, i.e. Firebase
+	// Cloud Messaging) that devices registered with platform fcm get their endpoint in, for the
+	// mobile push fallback (shared/push): arn:aws:sns:<region>:<account>:app/GCM/<name>. Empty: no
+	// FCM devices. With none of the three application ARNs set, the push fallback is off.
+	SNSAppARNFCM string `env:"FLAGDOWN_SNS_APP_ARN_FCM"`
+	// SNSAppARNAPNS is the ARN of the SNS platform application for Apple's production push service
+	// (platform apns): arn:aws:sns:<region>:<account>:app/APNS/<name>. Empty: no apns devices.
+	SNSAppARNAPNS string `env:"FLAGDOWN_SNS_APP_ARN_APNS"`
+	// SNSAppARNAPNSSandbox is the ARN of the SNS platform application for Apple's sandbox push
+	// service, development builds of the app (platform apns_sandbox):
+	// arn:aws:sns:<region>:<account>:app/APNS_SANDBOX/<name>. Empty: no apns_sandbox devices.
+	SNSAppARNAPNSSandbox string `env:"FLAGDOWN_SNS_APP_ARN_APNS_SANDBOX"`
+	// SNSEndpoint, when set, is the base URL SNS calls go to instead of the region's AWS endpoint
+	// (a local stand-in, tests). The region is the one of the application ARNs (Validate: one for all).
+	SNSEndpoint string `env:"FLAGDOWN_SNS_ENDPOINT"`
 
 	// FaultClockOffset is a fault-injection knob for chaos runs (`flagdown chaos`): it shifts the
 	// host clock of this process where flagdown still reads one (Now), as a machine whose clock is
@@ -322,8 +338,42 @@ func (c *Config) Validate() error {
 	if _, err := internalauth.Parse(c.InternalSecret); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	if err := c.validateSNS(); err != nil {
+		return err
+	}
 	if c.DriverStateTTL <= c.HeartbeatTTL {
 		return fmt.Errorf("config: FLAGDOWN_DRIVER_STATE_TTL (%s) must be longer than FLAGDOWN_HEARTBEAT_TTL (%s)", c.DriverStateTTL, c.HeartbeatTTL)
+	}
+	return nil
+}
+
+// snsAppARNRe is an SNS platform application ARN: partition, region, 12-digit account, platform,
+// application name (SNS allows 1..256 of A-Z a-z 0-9 _ - .).
+var snsAppARNRe = regexp.MustCompile(`^arn:aws[a-z-]*:sns:([a-z0-9-]+):[0-9]{12}:app/([A-Z_]+)/[A-Za-z0-9_.-]{1,256}$`)
+
+// validateSNS checks the push fallback's variables: each application ARN set is an SNS platform
+// application of its platform, all in one region, and FLAGDOWN_SNS_ENDPOINT is an http(s) URL.
+func (c *Config) validateSNS() error {
+	region := ""
+	for _, a := range []struct{ name, value, platform string }{
+		{"FLAGDOWN_SNS_APP_ARN_FCM", c.SNSAppARNFCM, "GCM"},
+		{"FLAGDOWN_SNS_APP_ARN_APNS", c.SNSAppARNAPNS, "APNS"},
+		{"FLAGDOWN_SNS_APP_ARN_APNS_SANDBOX", c.SNSAppARNAPNSSandbox, "APNS_SANDBOX"},
+	} {
+		if a.value == "" {
+			continue
+		}
+		m := snsAppARNRe.FindStringSubmatch(a.value)
+		if m == nil || m[2] != a.platform {
+			return fmt.Errorf("config: %s must be an SNS platform application ARN arn:aws:sns:<region>:<account>:app/%s/<name>", a.name, a.platform)
+		}
+		if region != "" && m[1] != region {
+			return fmt.Errorf("config: FLAGDOWN_SNS_APP_ARN_* must all be in one region (found %s and %s)", region, m[1])
+		}
+		region = m[1]
+	}
+	if c.SNSEndpoint != "" && !strings.HasPrefix(c.SNSEndpoint, "https://") && !strings.HasPrefix(c.SNSEndpoint, "http://") {
+		return fmt.Errorf("config: FLAGDOWN_SNS_ENDPOINT must be an http(s) URL")
 	}
 	return nil
 }

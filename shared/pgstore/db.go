@@ -1,5 +1,5 @@
 // Package pgstore is flagdown's PostgreSQL adapter (pgx v5): the connection pool, migrations, and the
-// rides, offers, outbox and processed-events tables. PostgreSQL is the source of truth; every state
+// rides, offers, outbox, processed-events and devices tables. PostgreSQL is the source of truth; every state
 // change that others must hear about writes its outbox row in the same transaction.
 package pgstore
 
