@@ -142,7 +142,7 @@ func (f *Function) connect(_ http.ResponseWriter, r *http.Request, connID string
 	if err != nil {
 		return nil, err
 	}
-	u := push.User{Role: string(id.Role), ID: id.Subject}
+	u := push.User{Role: id.Role, ID: id.Subject}
 	evicted, err := f.p.Registry.Register(r.Context(), u, connID)
 	if err != nil {
 		return nil, err
@@ -152,7 +152,7 @@ func (f *Function) connect(_ http.ResponseWriter, r *http.Request, connID string
 			f.d.Log.Warn("close evicted connection", "connection_id", old, "user", u.String(), "err", err)
 		}
 	}
-	return ConnectAnswer{ConnectionID: connID, Role: u.Role, Subject: u.ID}, nil
+	return ConnectAnswer{ConnectionID: connID, Role: string(u.Role), Subject: u.ID}, nil
 }
 
 // disconnect forgets the connection; a connection never registered (or already forgotten) is fine.
@@ -206,7 +206,7 @@ func (f *Function) state(ctx context.Context, u push.User) ([]push.Message, erro
 	var out []push.Message
 	var ride *dispatch.Ride
 	var err error
-	switch auth.Role(u.Role) {
+	switch u.Role {
 	case auth.RoleDriver:
 		o, err := f.d.Redis.OfferLock(ctx, u.ID)
 		if err != nil {
@@ -248,8 +248,8 @@ type delivery struct {
 	ttl time.Duration
 }
 
-func driver(id string) push.User { return push.User{Role: string(auth.RoleDriver), ID: id} }
-func rider(id string) push.User  { return push.User{Role: string(auth.RoleRider), ID: id} }
+func driver(id string) push.User { return push.User{Role: auth.RoleDriver, ID: id} }
+func rider(id string) push.User  { return push.User{Role: auth.RoleRider, ID: id} }
 
 // Handle pushes the messages event e means to the ride's parties. It returns OutcomePushed,
 // OutcomeNoConnection, OutcomeStale or OutcomeOff; an error when a recipient's connection could not

@@ -42,14 +42,32 @@ type Deps struct {
 	limiter      *ratelimit.Limiter
 	pushOnce     sync.Once
 	pusher       *push.Pusher
-	// Mobile, when set before the first Push call, is the mobile-push fallback of Push (push.SNS).
-	Mobile push.Mobile
+	snsOnce      sync.Once
+	sns          *push.SNS
+}
+
+// SNS returns the process's mobile push fallback (push.NewSNS over FLAGDOWN_SNS_*), built once; it
+// is off (Enabled false) when no platform application is configured or the AWS configuration
+// cannot be loaded (logged).
+func (d *Deps) SNS() *push.SNS {
+	d.snsOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s, err := push.NewSNS(ctx, d.Config, d.DB)
+		if err != nil {
+			d.Log.Error("mobile push fallback off", "err", err)
+			s = nil
+		}
+		d.sns = s
+	})
+	return d.sns
 }
 
 // Push returns the process's pusher (shared/push), built once: the connection registry over its
 // Redis and, when FLAGDOWN_PUSH_ENDPOINT is set, the management API client signed with the AWS
-// credential chain. With no endpoint (or when the credential chain cannot be loaded, which is
-// logged) the pusher is off: Enabled is false and every Send delivers nothing.
+// credential chain, and the mobile fallback of SNS. With no endpoint (or when the credential chain
+// cannot be loaded, which is logged) the pusher is off: Enabled is false and every Send delivers
+// nothing.
 func (d *Deps) Push() *push.Pusher {
 	d.pushOnce.Do(func() {
 		reg := push.NewRegistry(d.Redis.Client(), d.Config.RedisPrefix)
@@ -64,7 +82,11 @@ func (d *Deps) Push() *push.Pusher {
 				gw = m
 			}
 		}
-		d.pusher = push.NewPusher(reg, gw, d.Mobile, d.Log)
+		var mob push.Mobile
+		if s := d.SNS(); s.Enabled() {
+			mob = s
+		}
+		d.pusher = push.NewPusher(reg, gw, mob, d.Log)
 	})
 	return d.pusher
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/flagdown/flagdown/shared/auth"
 )
 
 // gateway is what the Pusher needs of the management API (*Management).
@@ -22,7 +24,7 @@ type Mobile interface {
 	Enabled() bool
 	// PublishToUser publishes msg to every enabled device of the user, kept for ttl at most, and
 	// returns how many devices it was published to.
-	PublishToUser(ctx context.Context, role, userID string, msg []byte, ttl time.Duration) (int, error)
+	PublishToUser(ctx context.Context, role auth.Role, userID string, msg []byte, ttl time.Duration) (int, error)
 }
 
 // Pusher sends messages to users' live connections through the gateway's management API, drops
@@ -205,7 +207,7 @@ func (p *Pusher) Positions(ctx context.Context, ups []PositionUpdate) {
 			if err != nil || rider == "" {
 				return
 			}
-			if _, err := p.Send(ctx, User{Role: "rider", ID: rider}, DriverPositionMessage(up.Data, up.At)); err != nil {
+			if _, err := p.Send(ctx, User{Role: auth.RoleRider, ID: rider}, DriverPositionMessage(up.Data, up.At)); err != nil {
 				p.log.Debug("push: driver position", "ride_id", up.Data.RideID, "err", err)
 			}
 		}()

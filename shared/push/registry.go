@@ -10,19 +10,20 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
 )
 
 // User is who holds a connection: a verified token's role and subject (shared/auth.Identity).
 type User struct {
 	// Role is driver, rider or ops.
-	Role string
+	Role auth.Role
 	// ID is the token's subject: the driver, rider or operator id.
 	ID string
 }
 
 // String is "role:id".
-func (u User) String() string { return u.Role + ":" + u.ID }
+func (u User) String() string { return string(u.Role) + ":" + u.ID }
 
 // ConnectionTTL is how long a registered connection is kept without being unregistered: API
 // Gateway closes every WebSocket connection after 2 hours at most, so an entry whose $disconnect
@@ -130,7 +131,7 @@ func (r *Registry) Lookup(ctx context.Context, connID string) (u User, ok bool, 
 	if !found {
 		return User{}, false, nil
 	}
-	return User{Role: role, ID: id}, true, nil
+	return User{Role: auth.Role(role), ID: id}, true, nil
 }
 
 // Unregister forgets connID (the $disconnect route). It returns who held it; ok is false when it

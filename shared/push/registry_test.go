@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flagdown/flagdown/internal/testkit"
+	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/push"
 )
 
@@ -16,8 +17,8 @@ func TestRegistry(t *testing.T) {
 	ctx := context.Background()
 	rdb, prefix := testkit.Redis(t)
 	reg := push.NewRegistry(rdb, prefix)
-	d1 := push.User{Role: "driver", ID: "d1"}
-	r1 := push.User{Role: "rider", ID: "d1"} // same subject, other role: another user
+	d1 := push.User{Role: auth.RoleDriver, ID: "d1"}
+	r1 := push.User{Role: auth.RoleRider, ID: "d1"} // same subject, other role: another user
 
 	for _, c := range []string{"c1", "c2+/="} {
 		if ev, err := reg.Register(ctx, d1, c); err != nil || len(ev) != 0 {
@@ -53,7 +54,7 @@ func TestRegistry(t *testing.T) {
 	}
 
 	// One too many evicts the oldest, never the new one.
-	u := push.User{Role: "rider", ID: "many"}
+	u := push.User{Role: auth.RoleRider, ID: "many"}
 	for i := range push.MaxConnectionsPerUser {
 		if ev, err := reg.Register(ctx, u, fmt.Sprintf("m%d", i)); err != nil || len(ev) != 0 {
 			t.Fatalf("Register(m%d) = %v, %v", i, ev, err)
