@@ -90,7 +90,6 @@ func BuildStartPool(all []Trip, start, end time.Time, mode DriverStarts) (StartP
 		}
 		pool.TripsBefore = pick(func(t Trip) bool { return t.DropoffAt().Before(start) })
 		if pool.TripsBefore == 0 {
-			pool.ExcludedAtPickup = 0
 			pool.TripsFallback = pick(func(t Trip) bool { return !inWindow(t) })
 		}
 	default:
