@@ -29,10 +29,11 @@ type Trip struct {
 }
 
 // EstimatedTripSpeedMPS is the straight-line speed, metres per second, at which DropoffAt estimates a
-// dropoff time the file does not give: about 4.5 m/s (10 mph). Source: the 2013 TLC trip records
-// average about 13 mph over the metered distance (median about 10 mph), and a taxi route is about
-// 1.3 times the straight line between pickup and dropoff, so 13 / 1.3 ≈ 10 mph straight-line. It only
-// decides which trips count as ended before a replayed window (see BuildStartPool).
+// dropoff time the file does not give: 4.5 m/s (10 mph). Source: published analyses of the 2013 TLC
+// trip records put the average yellow-cab trip speed at about 13 mph (I Quant NY) and the median at
+// about 10 mph over the metered distance; a taxi's route is roughly 1.3 times the straight line
+// between pickup and dropoff, so 13 mph metered is about 10 mph straight-line. A rough figure: it
+// only decides which trips count as ended before a replayed window (see BuildStartPool).
 const EstimatedTripSpeedMPS = 4.5
 
 // DropoffAt is the trip's dropoff time: DropoffTime when the file gave one, otherwise the pickup time
