@@ -16,12 +16,16 @@ import (
 func newReplayCmd() *cobra.Command {
 	o := replay.DefaultOptions()
 	var minutes int
+	starts := string(o.DriverStarts)
 	cmd := &cobra.Command{
 		Use:   "replay",
 		Short: "Replay real NYC taxi trips against a running platform over HTTP",
 		Long: `Replay real NYC taxi trips against a running platform through its HTTP API.
 
-Simulated drivers start at real pickup positions, go online and ping POST /function/location-update
+Simulated drivers start where taxis really were (--driver-starts, default dropoffs-before: the
+dropoff points of the file's trips that ended before the replayed window, or when none did, of its
+trips picked up outside the window; never at a replayed pickup; replay-pickups, optimistic, puts them
+at the file's pickups, the replayed ones included), go online and ping POST /function/location-update
 (batched, like a gateway aggregator, with one ops token; single pings with the driver's own token);
 every simulated driver and rider sends his own HS256 token, minted with FLAGDOWN_JWT_SECRET (the
 platform's secret: in make demo both get the same one); they accept or decline the offers they see in the ping answers,
@@ -44,6 +48,11 @@ summary, when a count is not 0 or when the check could not run (--verify=false s
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Minutes = float64(minutes)
+			ds, err := replay.ParseDriverStarts(starts)
+			if err != nil {
+				return err
+			}
+			o.DriverStarts = ds
 			o.Progress = true
 			// The tokens are minted with the platform's own secret, read like every flagdown command
 			// reads its configuration (FLAGDOWN_JWT_SECRET or its secret file).
@@ -71,6 +80,8 @@ summary, when a count is not 0 or when the check could not run (--verify=false s
 	f.Float64Var(&o.OfflineProbPerHour, "offline-prob", o.OfflineProbPerHour,
 		"probability that a driver drops offline for good (stops pinging) within any one simulated hour of his shift, 0..1 excluded; "+
 			"a driver carrying a passenger drops after that ride")
+	f.StringVar(&starts, "driver-starts", starts, fmt.Sprintf("where drivers start: %s (dropoffs of trips ended before the window, "+
+		"else of trips outside it) or %s (the file's pickups, replayed ones included: optimistic)", replay.StartsDropoffsBefore, replay.StartsReplayPickups))
 	f.Float64Var(&o.DriverSpeedMPS, "driver-speed-mps", o.DriverSpeedMPS, "straight-line driving speed, metres per simulated second")
 	f.Uint64Var(&o.Seed, "seed", o.Seed, "random seed (driver positions, think times, accept, no-answer and offline draws)")
 	f.StringVar(&o.SummaryPath, "summary", o.SummaryPath, "where to write the summary JSON (empty: none)")

@@ -195,6 +195,7 @@ func TestSummaryJSONKeys(t *testing.T) {
 		"offline_rides_abandoned", "offline_rides_reopened", "offline_rides_rematched", "rides_never_matched",
 		"final_status_known", "no_answer_prob", "offline_prob_per_h", "ride_status_counts", "accept_conflict_reasons",
 		"verify_ran", "verify_error", "verify_grace_s", "verify_violations", "verify_examples",
+		"match_mode", "driver_starts", "driver_start_trips_before", "driver_start_trips_fallback",
 	} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("summary JSON lacks %q", k)
@@ -207,6 +208,9 @@ func TestSummaryJSONKeys(t *testing.T) {
 		if m[k] != 0.0 {
 			t.Errorf("empty summary: %s = %v", k, m[k])
 		}
+	}
+	if m["match_mode"] != "greedy" || m["driver_starts"] != "dropoffs-before" {
+		t.Errorf("defaults in the JSON: match_mode %v driver_starts %v", m["match_mode"], m["driver_starts"])
 	}
 	if m["no_answer_prob"] != 0.05 || m["offline_prob_per_h"] != 0.02 {
 		t.Errorf("defaults in the JSON: no_answer_prob %v offline_prob_per_h %v", m["no_answer_prob"], m["offline_prob_per_h"])
@@ -302,38 +306,6 @@ func TestHaversineKnown(t *testing.T) {
 	// JFK → LGA ≈ 17.2 km.
 	if d := Haversine(LatLng{40.6413, -73.7781}, LatLng{40.7769, -73.8740}); math.Abs(d-17200) > 300 {
 		t.Errorf("JFK-LGA %v m", d)
-	}
-}
-
-func TestDrawDriverStartsDeterministic(t *testing.T) {
-	tf := loadReal(t)
-	a := DrawDriverStarts(tf.Trips, 500, 42)
-	b := DrawDriverStarts(tf.Trips, 500, 42)
-	c := DrawDriverStarts(tf.Trips, 500, 43)
-	if len(a) != 500 {
-		t.Fatal(len(a))
-	}
-	pickups := map[LatLng]bool{}
-	for _, tr := range tf.Trips {
-		pickups[tr.Pickup] = true
-	}
-	same := 0
-	for i := range a {
-		if a[i] != b[i] {
-			t.Fatalf("draw %d differs for the same seed", i)
-		}
-		if !pickups[a[i]] {
-			t.Fatalf("draw %d %+v is not a real pickup", i, a[i])
-		}
-		if a[i] == c[i] {
-			same++
-		}
-	}
-	if same > 50 {
-		t.Errorf("seeds 42 and 43 agree on %d of 500 draws", same)
-	}
-	if DrawDriverStarts(nil, 3, 1) != nil {
-		t.Error("empty trips")
 	}
 }
 

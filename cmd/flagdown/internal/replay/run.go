@@ -86,6 +86,9 @@ type Options struct {
 	OfflineProbPerHour float64
 	// DriverSpeedMPS is the straight-line driving speed, metres per simulated second.
 	DriverSpeedMPS float64
+	// DriverStarts is where the drivers start (see BuildStartPool); DefaultOptions:
+	// StartsDropoffsBefore.
+	DriverStarts DriverStarts
 	// Seed seeds every random draw (driver start positions, think times, accept, no-answer and
 	// offline decisions).
 	Seed uint64
@@ -141,6 +144,7 @@ func DefaultOptions() Options {
 		NoAnswerProb:       0.05,
 		OfflineProbPerHour: 0.02,
 		DriverSpeedMPS:     8,
+		DriverStarts:       StartsDropoffsBefore,
 		Seed:               1,
 		SummaryPath:        "demo-summary.json",
 		Concurrency:        32,
@@ -184,6 +188,9 @@ func (o *Options) validate() error {
 		return fmt.Errorf("batch size must be within 1..%d", MaxBatchSize)
 	case o.VerifyGrace < 0:
 		return errors.New("verify-grace must be ≥ 0")
+	}
+	if _, err := ParseDriverStarts(string(o.DriverStarts)); err != nil {
+		return err
 	}
 	return nil
 }
@@ -360,6 +367,7 @@ type sim struct {
 	origin time.Time // wall time of simulated offset 0 (the first pickup)
 	trips  []Trip
 	t0     time.Time // first pickup (real)
+	starts StartPool // where the drivers' start positions were drawn from
 
 	drivers []*driver
 	rides   map[string]*ride
@@ -515,9 +523,14 @@ func Run(ctx context.Context, opts Options, out io.Writer) (*Summary, error) {
 			fmt.Fprintf(out, "skipped %d unparsable rows of %s: %s\n", skipped, opts.TripsPath, strings.Join(tf.SkipReasons, "; "))
 		}
 	}
-	trips := SelectWindow(all, time.Duration(opts.Minutes*float64(time.Minute)))
+	window := time.Duration(opts.Minutes * float64(time.Minute))
+	trips := SelectWindow(all, window)
 	if len(trips) == 0 {
 		return nil, fmt.Errorf("no trips in the window (%d rows read)", len(all))
+	}
+	pool, err := BuildStartPool(all, trips[0].PickupTime, trips[0].PickupTime.Add(window), opts.DriverStarts)
+	if err != nil {
+		return nil, err
 	}
 	if opts.SpreadMinute {
 		trips = SpreadMinute(trips, opts.Seed)
@@ -528,11 +541,11 @@ func Run(ctx context.Context, opts Options, out io.Writer) (*Summary, error) {
 			step, opts.PingInterval.Seconds()/opts.Speedup, allowed, PlatformDefaultMaxSpeedMPS, PlatformGPSNoiseM)
 	}
 	s := &sim{
-		ctx: ctx, opts: opts, c: c, trips: trips, t0: trips[0].PickupTime,
+		ctx: ctx, opts: opts, c: c, trips: trips, t0: trips[0].PickupTime, starts: pool,
 		rides: map[string]*ride{}, conflictReasons: map[string]int{}, httpErrors: map[string]int{},
 		jobs: make(chan func(context.Context), opts.Concurrency*4),
 	}
-	starts := DrawDriverStarts(all, opts.Drivers, opts.Seed)
+	starts := DrawDriverStarts(pool.Points, opts.Drivers, opts.Seed)
 	warmup := opts.PingInterval // every driver is online before the first order
 	lastOffset := trips[len(trips)-1].PickupTime.Sub(s.t0)
 	end := lastOffset + opts.Drain
@@ -554,6 +567,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (*Summary, error) {
 
 	fmt.Fprintf(out, "replaying %d trips (%s .. +%g min) with %d drivers at %gx against %s (run %s)\n",
 		len(trips), s.t0.Format(time.RFC3339), opts.Minutes, opts.Drivers, opts.Speedup, opts.URL, opts.RunID)
+	fmt.Fprintf(out, "drivers start at: %s\n", pool.describe())
 
 	var wg sync.WaitGroup
 	for range opts.Concurrency {
@@ -1001,6 +1015,8 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 		DriverSpeedMPS: o.DriverSpeedMPS, DrainS: o.Drain.Seconds(), Seed: o.Seed,
 		Concurrency: o.Concurrency, BatchSize: o.BatchSize, TripsPath: o.TripsPath, URL: o.URL, RunID: o.RunID,
 		VerifyGraceS: o.VerifyGrace.Seconds(), VerifyExamples: map[string][]string{},
+		MatchMode: MatchModeGreedy, DriverStarts: string(o.DriverStarts),
+		DriverStartTripsBefore: s.starts.TripsBefore, DriverStartTripsFallback: s.starts.TripsFallback,
 	}
 	if pingWall > 0 {
 		sum.PingsPerS = float64(sum.PingsTotal) / pingWall.Seconds()

@@ -48,11 +48,28 @@ func Mean(samples []float64) float64 {
 	return sum / float64(n)
 }
 
+// MatchModeGreedy is the platform's only matching mode so far: each ride is offered on its own to
+// its best-scoring available driver (functions/match, nearest first). The replay cannot ask the
+// platform for its mode; it reports this one until the platform has another.
+const MatchModeGreedy = "greedy"
+
 // Summary is what a replay measured; it is written as JSON to --summary and printed as a table.
 // Ride counts refer to rides this replay created; "simulated" durations are replay time (wall × speedup).
 // Everything is measured through the HTTP API: ping answers, action answers and, at the end, one GET
 // /function/ride/{id} per ride (the "final GET"; skipped when the replay is interrupted).
 type Summary struct {
+	// MatchMode is the platform's matching mode the figures were measured with (MatchModeGreedy).
+	MatchMode string `json:"match_mode"`
+	// DriverStarts is where the simulated drivers started (a DriverStarts value: "dropoffs-before",
+	// the default, or "replay-pickups", optimistic).
+	DriverStarts string `json:"driver_starts"`
+	// DriverStartTripsBefore is how many trips that ended before the window gave their dropoff as a
+	// candidate start (driver_starts "dropoffs-before"; 0 otherwise).
+	DriverStartTripsBefore int `json:"driver_start_trips_before"`
+	// DriverStartTripsFallback is how many trips picked up outside the window gave their dropoff as a
+	// candidate start because none ended before it (driver_starts "dropoffs-before"; 0 otherwise).
+	DriverStartTripsFallback int `json:"driver_start_trips_fallback"`
+
 	// RidesRequested is how many order-create calls the platform accepted (202, or 200 on an idempotent replay).
 	RidesRequested int `json:"rides_requested"`
 	// RidesRejected is how many trips the platform refused with a 4xx answer.
@@ -136,7 +153,9 @@ type Summary struct {
 
 	// PickupDistanceCount is the number of samples behind the pickup_distance figures.
 	PickupDistanceCount int `json:"pickup_distance_count"`
-	// PickupDistanceMeanM is the mean straight-line driver→pickup distance at accept, metres (offer distance_m).
+	// PickupDistanceMeanM is the mean straight-line driver→pickup distance at accept, metres: the
+	// distance_m of the offer the driver accepted (the platform's distance from his last applied ping),
+	// over the matched rides (RidesMatched).
 	PickupDistanceMeanM float64 `json:"pickup_distance_mean_m"`
 	// PickupDistanceP50M is the median driver→pickup distance at accept, metres.
 	PickupDistanceP50M float64 `json:"pickup_distance_p50_m"`
@@ -307,6 +326,7 @@ func (s *Summary) WriteTable(w io.Writer) {
 	if s.Interrupted {
 		row("INTERRUPTED", "%s", "figures are partial")
 	}
+	row("match mode / driver starts", "%s / %s", s.MatchMode, s.DriverStarts)
 	row("rides requested", "%d (rejected %d, trips in window %d)", s.RidesRequested, s.RidesRejected, s.TripsInWindow)
 	row("rides offered", "%d", s.RidesOffered)
 	row("rides matched (accept stuck)", "%d (accepted %d)", s.RidesMatched, s.RidesAccepted)

@@ -1,0 +1,134 @@
+package dispatch
+
+import "math"
+
+// SurgeParams configure the surge multiplier of a cell (a geohash cell; the caller picks the
+// precision). Multipliers are dimensionless factors on the fare: 1.0 is the normal fare.
+type SurgeParams struct {
+	// Floor is the lowest multiplier computed from data, ≥ 1.0 (surge never discounts the fare).
+	Floor float64
+	// Ceiling is the highest multiplier, ≥ Floor: a hard limit, applied at once.
+	Ceiling float64
+	// MaxStep is the most the multiplier may rise or fall towards its target in one update (> 0), so
+	// riders do not see the price jump between two estimates. The Ceiling, the emergency cap and
+	// missing data apply at once regardless.
+	MaxStep float64
+	// Threshold is the demand/supply ratio (requests per available driver) above which surge starts
+	// (> 0; 1.0: more requests than drivers).
+	Threshold float64
+	// Sensitivity is the target's rise per unit of demand/supply ratio above Threshold (≥ 0):
+	// target = 1 + Sensitivity × (ratio − Threshold).
+	Sensitivity float64
+	// MinDemand is the fewest requests in the window for a cell to surge (≥ 0): below it the target is
+	// Floor, so one request in an empty cell does not price it at the Ceiling.
+	MinDemand int
+	// EmergencyCap is the highest multiplier while an emergency is declared (≥ 1.0; 1.0 suspends
+	// surge), applied at once. Rule: New York's price-gouging law (General Business Law § 396-r)
+	// forbids unconscionably excessive prices during an abnormal disruption of the market, and Uber
+	// agreed with the New York Attorney General in 2014 to cap surge during emergencies.
+	EmergencyCap float64
+}
+
+// DefaultSurgeParams are the defaults of the surge calculator: floor 1.0, ceiling 3.0, at most 0.25
+// change per update, surge from 1 request per driver, +0.5 per unit of ratio above it, at least 3
+// requests, emergency cap 1.0 (no surge in an emergency).
+func DefaultSurgeParams() SurgeParams {
+	return SurgeParams{Floor: 1, Ceiling: 3, MaxStep: 0.25, Threshold: 1, Sensitivity: 0.5, MinDemand: 3, EmergencyCap: 1}
+}
+
+// Validate checks the rules documented on each field; the error names the first broken one.
+func (p SurgeParams) Validate() error {
+	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+	switch {
+	case !finite(p.Floor) || p.Floor < 1:
+		return Invalid("surge.floor", "must be a number ≥ 1.0 (surge never discounts the fare)")
+	case !finite(p.Ceiling) || p.Ceiling < p.Floor:
+		return Invalid("surge.ceiling", "must be a number ≥ the floor")
+	case !finite(p.MaxStep) || p.MaxStep <= 0:
+		return Invalid("surge.max_step", "must be a number > 0")
+	case !finite(p.Threshold) || p.Threshold <= 0:
+		return Invalid("surge.threshold", "must be a number > 0")
+	case !finite(p.Sensitivity) || p.Sensitivity < 0:
+		return Invalid("surge.sensitivity", "must be a number ≥ 0")
+	case p.MinDemand < 0:
+		return Invalid("surge.min_demand", "must be ≥ 0")
+	case !finite(p.EmergencyCap) || p.EmergencyCap < 1:
+		return Invalid("surge.emergency_cap", "must be a number ≥ 1.0")
+	}
+	return nil
+}
+
+// CellLoad is what was seen in one cell over the surge window.
+type CellLoad struct {
+	// Supply is the number of available drivers in the cell (≥ 0).
+	Supply int
+	// Demand is the number of ride requests from the cell in the window (≥ 0).
+	Demand int
+}
+
+// SurgeTarget is the multiplier the cell's load calls for, before the step limit and the emergency
+// cap: Floor when Demand < MinDemand or the ratio Demand / Supply is at most Threshold (a cell with
+// no driver and enough demand has an infinite ratio), otherwise 1 + Sensitivity × (ratio −
+// Threshold), within [Floor, Ceiling]. A load with a negative count is no data: 1.0.
+func SurgeTarget(p SurgeParams, load CellLoad) float64 {
+	if load.Supply < 0 || load.Demand < 0 {
+		return 1
+	}
+	if load.Demand < p.MinDemand || load.Demand == 0 {
+		return p.Floor
+	}
+	ratio := math.Inf(1)
+	if load.Supply > 0 {
+		ratio = float64(load.Demand) / float64(load.Supply)
+	}
+	if ratio <= p.Threshold {
+		return p.Floor
+	}
+	if math.IsInf(ratio, 1) {
+		return p.Ceiling
+	}
+	return math.Min(p.Ceiling, math.Max(p.Floor, 1+p.Sensitivity*(ratio-p.Threshold)))
+}
+
+// SurgeMultiplier is a cell's new multiplier given its previous one (prev; not a finite number ≥ 1.0
+// counts as 1.0) and its load (known false: no data for the cell). In order:
+//   - no data (known false, or a negative count): 1.0 at once, whatever prev was, so a gap in the
+//     data never charges riders;
+//   - otherwise prev moves towards SurgeTarget by at most MaxStep, and stays within [Floor, Ceiling]
+//     (a value outside, left by a change of configuration, is brought inside at once);
+//   - during an emergency the result is at most EmergencyCap, at once.
+func SurgeMultiplier(p SurgeParams, prev float64, load CellLoad, known, emergency bool) float64 {
+	if !known || load.Supply < 0 || load.Demand < 0 {
+		return 1
+	}
+	if math.IsNaN(prev) || math.IsInf(prev, 0) || prev < 1 {
+		prev = 1
+	}
+	target := SurgeTarget(p, load)
+	m := prev + math.Max(-p.MaxStep, math.Min(p.MaxStep, target-prev))
+	m = math.Min(p.Ceiling, math.Max(p.Floor, m))
+	if emergency {
+		m = math.Min(m, p.EmergencyCap)
+	}
+	return m
+}
+
+// Surge updates every cell's multiplier with SurgeMultiplier: prev holds the multipliers of the last
+// update by cell, loads this window's load by cell. The result has every cell of loads and of prev;
+// a cell of prev with no load this time is no data (1.0). A cell in neither has multiplier 1.0.
+func Surge(p SurgeParams, prev map[string]float64, loads map[string]CellLoad, emergency bool) map[string]float64 {
+	out := make(map[string]float64, max(len(prev), len(loads)))
+	for cell := range prev {
+		if _, ok := loads[cell]; !ok {
+			out[cell] = 1
+		}
+	}
+	for cell, load := range loads {
+		last, ok := prev[cell]
+		if !ok {
+			last = 1
+		}
+		out[cell] = SurgeMultiplier(p, last, load, true, emergency)
+	}
+	return out
+}
