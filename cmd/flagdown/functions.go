@@ -8,6 +8,7 @@ import (
 	"time"
 
 	accept "github.com/flagdown/flagdown/functions/accept"
+	devices "github.com/flagdown/flagdown/functions/devices"
 	expirynotification "github.com/flagdown/flagdown/functions/expiry-notification"
 	locationupdate "github.com/flagdown/flagdown/functions/location-update"
 	match "github.com/flagdown/flagdown/functions/match"
@@ -37,6 +38,7 @@ var functionSet = []struct {
 	{"expiry-notification", func(d *app.Deps) http.Handler { return expirynotification.New(d) }},
 	{"reconcile", func(d *app.Deps) http.Handler { return reconcile.New(d) }},
 	{"notify", func(d *app.Deps) http.Handler { return notify.New(d) }},
+	{"devices", func(d *app.Deps) http.Handler { return devices.New(d) }},
 }
 
 // cron calls url with POST every interval until ctx ends, like the flagdown-reconcile-cron CronJob
