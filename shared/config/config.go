@@ -111,6 +111,12 @@ type Config struct {
 	// the expiry source and events in flight.
 	ReconcileGrace time.Duration `env:"FLAGDOWN_RECONCILE_GRACE" envDefault:"5s"`
 
+	// PushEndpoint is the stage URL of the management API of the WebSocket API that holds phones'
+	// sockets, which functions push through (shared/push):
+	// https://{api-id}.execute-api.{region}.amazonaws.com/{stage} on AWS API Gateway. Empty turns
+	// push off; flagdown dev sets it to its local gateway, http://<addr>/local, when unset.
+	PushEndpoint string `env:"FLAGDOWN_PUSH_ENDPOINT"`
+
 	// Addr is where flagdown dev serves the functions (the gateway address).
 	Addr string `env:"FLAGDOWN_ADDR" envDefault:"127.0.0.1:8080"`
 	// TriggerMaxDeliver is how many times a trigger delivers an event before dead-lettering it.
@@ -294,6 +300,9 @@ func (c *Config) Validate() error {
 	}
 	if c.JWKSURL != "" && !strings.HasPrefix(c.JWKSURL, "https://") && !strings.HasPrefix(c.JWKSURL, "http://") {
 		return fmt.Errorf("config: FLAGDOWN_JWKS_URL must be an http(s) URL")
+	}
+	if c.PushEndpoint != "" && !strings.HasPrefix(c.PushEndpoint, "https://") && !strings.HasPrefix(c.PushEndpoint, "http://") {
+		return fmt.Errorf("config: FLAGDOWN_PUSH_ENDPOINT must be an http(s) URL (the WebSocket API's stage URL)")
 	}
 	if c.JWTIssuer == "" || c.JWTAudience == "" {
 		return fmt.Errorf("config: FLAGDOWN_JWT_ISSUER and FLAGDOWN_JWT_AUDIENCE must not be empty")

@@ -56,6 +56,7 @@ func TestRejects(t *testing.T) {
 		"RetainOutboxZero":       {map[string]string{"FLAGDOWN_RETAIN_OUTBOX": "0s"}, "FLAGDOWN_RETAIN_OUTBOX"},
 		"RetainOffersNegative":   {map[string]string{"FLAGDOWN_RETAIN_OFFERS": "-1h"}, "FLAGDOWN_RETAIN_OFFERS"},
 		"DriverStateAtHeartbeat": {map[string]string{"FLAGDOWN_DRIVER_STATE_TTL": "30s"}, "FLAGDOWN_DRIVER_STATE_TTL"},
+		"PushEndpointNotURL":     {map[string]string{"FLAGDOWN_PUSH_ENDPOINT": "abc.execute-api.eu-west-3.amazonaws.com/prod"}, "FLAGDOWN_PUSH_ENDPOINT"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := config.FromEnv(tc.env)
