@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/spf13/cobra"
 
+	"github.com/flagdown/flagdown/cmd/flagdown/internal/wsgateway"
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/broker"
@@ -40,7 +41,12 @@ relay and the Redis expiry source, calls the reconcile function every FLAGDOWN_R
 and applies migrations on start. Client tokens are verified with FLAGDOWN_JWT_SECRET (or
 FLAGDOWN_JWKS_URL); with neither set a random secret is generated for the run and logged with the
 flagdown token command that mints tokens for it. The relay and the expiry source sign events and the cron
-authorizes its calls with FLAGDOWN_INTERNAL_SECRET, a random one for the run when it is unset. Stops gracefully on SIGINT/SIGTERM.`,
+authorizes its calls with FLAGDOWN_INTERNAL_SECRET, a random one for the run when it is unset.
+It also runs a local AWS API Gateway WebSocket API: phones connect to ws://<addr>/ws, functions push
+through its management API at http://<addr>/local/@connections/ (FLAGDOWN_PUSH_ENDPOINT when unset),
+signed with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (a random pair, exported, when unset), and its
+routes call the notify function's /function/notify/{connect,message,disconnect}. Stops gracefully on
+SIGINT/SIGTERM.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load()
 			if err != nil {
@@ -103,6 +109,7 @@ type platform struct {
 	wg       sync.WaitGroup
 	log      *slog.Logger
 	disp     *broker.Dispatcher
+	push     *wsgateway.Gateway
 }
 
 // startPlatform opens the dependencies, migrates, starts the broker, the gateway on cfg.Addr, the
@@ -135,6 +142,14 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 	if err != nil {
 		return nil, err
 	}
+	// Listen first: the push endpoint and the integrations name the gateway's address.
+	if p.ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+		return nil, fmt.Errorf("gateway: listen on %s: %w", cfg.Addr, err)
+	}
+	mux := http.NewServeMux()
+	if p.push, err = startPushGateway(cfg, p.Addr(), keys, mux, log); err != nil {
+		return nil, err
+	}
 	if p.deps, err = app.Open(ctx, cfg, log); err != nil {
 		return nil, err
 	}
@@ -156,11 +171,9 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 	if p.broker, err = broker.Connect(ctx, p.natsURL, cfg.NATSStream, cfg.SubjectPrefix); err != nil {
 		return nil, err
 	}
-	if p.ln, err = net.Listen("tcp", cfg.Addr); err != nil {
-		return nil, fmt.Errorf("gateway: listen on %s: %w", cfg.Addr, err)
-	}
+	mux.Handle("/", gateway(p.deps))
 	p.srv = &http.Server{
-		Handler:           gateway(p.deps),
+		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -217,8 +230,18 @@ func randomSecret() (string, error) {
 // Addr is the gateway's listen address (host:port).
 func (p *platform) Addr() string { return p.ln.Addr().String() }
 
-// Close stops the gateway (draining requests), the triggers and relay, the broker and the pools.
+// Close stops the WebSocket gateway (every socket closed, its disconnect integration called), the
+// gateway (draining requests), the triggers and relay, the broker and the pools.
 func (p *platform) Close() error {
+	if p.push != nil {
+		_ = p.push.Close()
+		s := p.push.Stats()
+		p.log.Info("websocket gateway", "accepted", s.Accepted, "refused", s.Refused, "open", s.Open,
+			"closed", s.Closed, "posted", s.MessagesPosted, "received", s.MessagesReceived, "dropped", s.MessagesDropped)
+	}
+	if p.srv == nil && p.ln != nil {
+		_ = p.ln.Close()
+	}
 	if p.srv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_ = p.srv.Shutdown(ctx)

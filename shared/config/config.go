@@ -113,6 +113,7 @@ type Config struct {
 	// the expiry source and events in flight.
 	ReconcileGrace time.Duration `env:"FLAGDOWN_RECONCILE_GRACE" envDefault:"5s"`
 
+
 	// Addr is where flagdown dev serves the functions (the gateway address).
 	Addr string `env:"FLAGDOWN_ADDR" envDefault:"127.0.0.1:8080"`
 	// TriggerMaxDeliver is how many times a trigger delivers an event before dead-lettering it.

@@ -60,7 +60,8 @@ func TestRejects(t *testing.T) {
 		"SNSAppWrongPlatform":    {map[string]string{"FLAGDOWN_SNS_APP_ARN_APNS": "arn:aws:sns:us-east-1:123456789012:app/APNS_SANDBOX/flagdown"}, "FLAGDOWN_SNS_APP_ARN_APNS"},
 		"SNSAppsTwoRegions": {map[string]string{"FLAGDOWN_SNS_APP_ARN_FCM": "arn:aws:sns:us-east-1:123456789012:app/GCM/flagdown",
 			"FLAGDOWN_SNS_APP_ARN_APNS": "arn:aws:sns:eu-west-1:123456789012:app/APNS/flagdown"}, "one region"},
-		"SNSEndpointNotURL": {map[string]string{"FLAGDOWN_SNS_ENDPOINT": "localhost:4566"}, "FLAGDOWN_SNS_ENDPOINT"},
+		"SNSEndpointNotURL":  {map[string]string{"FLAGDOWN_SNS_ENDPOINT": "localhost:4566"}, "FLAGDOWN_SNS_ENDPOINT"},
+		"PushEndpointNotURL": {map[string]string{"FLAGDOWN_PUSH_ENDPOINT": "abc.execute-api.eu-west-3.amazonaws.com/prod"}, "FLAGDOWN_PUSH_ENDPOINT"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := config.FromEnv(tc.env)

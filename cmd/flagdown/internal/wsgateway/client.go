@@ -67,7 +67,8 @@ func (c *conn) shutdown(reason CloseReason, code websocket.StatusCode, text stri
 		c.reason = reason
 		c.g.unregister(c)
 		c.cancel()
-		if <-c.ready; c.ws == nil { // the upgrade failed: no socket
+		<-c.ready
+		if c.ws == nil { // the upgrade failed: no socket
 			close(c.closed)
 			return
 		}
@@ -142,6 +143,7 @@ func (g *Gateway) serveClient(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil {
 		g.unregister(c)
+		c.cancel()
 		close(c.ready)
 		// Accept has answered the client; the connect integration accepted it, so it hears the end.
 		g.opts.Log.Warn("websocket upgrade failed", "connection_id", id, "err", err)
@@ -170,7 +172,10 @@ func (g *Gateway) connect(w http.ResponseWriter, r *http.Request, id, ip string)
 	h.Set(HeaderClientToken, clientToken(r))
 	h.Set("X-Forwarded-For", ip)
 	h.Set("User-Agent", r.UserAgent())
-	resp, body, err := g.integrate(r.Context(), g.opts.ConnectURL, id, g.opts.IntegrationTimeout, h, nil)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(g.ctx, cancel)()
+	resp, body, err := g.integrate(ctx, g.opts.ConnectURL, id, g.opts.IntegrationTimeout, h, nil)
 	if err != nil {
 		g.opts.Log.Error("connect integration failed", "connection_id", id, "url", g.opts.ConnectURL, "err", err)
 		writeJSONError(w, http.StatusBadGateway, "", "Internal server error")
@@ -239,12 +244,12 @@ func (c *conn) run() {
 func (c *conn) deliver(queue <-chan []byte) {
 	g := c.g
 	for data := range queue {
-		if g.opts.MessageURL == "" {
-			continue
+		if g.opts.MessageURL == "" || g.ctx.Err() != nil {
+			continue // no $default route, or the gateway is closing
 		}
 		h := http.Header{}
 		h.Set("Content-Type", jsonContentType)
-		resp, body, err := g.integrate(context.Background(), g.opts.MessageURL, c.id, g.opts.IntegrationTimeout, h, data)
+		resp, body, err := g.integrate(g.ctx, g.opts.MessageURL, c.id, g.opts.IntegrationTimeout, h, data)
 		switch {
 		case err != nil:
 			g.integrationFailures.Add(1)

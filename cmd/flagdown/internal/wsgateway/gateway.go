@@ -184,8 +184,10 @@ type Stats struct {
 // Gateway is the local WebSocket API. Build it with New; serve ClientHandler and
 // ManagementHandler; Close it before the HTTP server that serves the integrations.
 type Gateway struct {
-	opts Options
-	sig  *verifier
+	opts   Options
+	sig    *verifier
+	ctx    context.Context // ends at Close: pending connect and message integration calls are abandoned
+	cancel context.CancelFunc
 
 	mu     sync.Mutex
 	conns  map[string]*conn
@@ -206,7 +208,9 @@ func New(opts Options) (*Gateway, error) {
 	if opts.MaxFrameBytes > opts.MaxMessageBytes {
 		return nil, fmt.Errorf("wsgateway: MaxFrameBytes %d is over MaxMessageBytes %d", opts.MaxFrameBytes, opts.MaxMessageBytes)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Gateway{
+		ctx: ctx, cancel: cancel,
 		opts:     opts,
 		sig:      newVerifier(opts.AccessKeyID, opts.SecretAccessKey, opts.Region, opts.SignatureWindow),
 		conns:    make(map[string]*conn),
@@ -234,10 +238,12 @@ func (g *Gateway) Stats() Stats {
 }
 
 // Close closes every connection with 1001 (going away), waits until each has ended and its
-// disconnect integration was called, and refuses new handshakes (503) from then on.
+// disconnect integration was called, and refuses new handshakes (503) from then on. Connect calls
+// in flight and client messages not yet delivered to the message integration are abandoned.
 func (g *Gateway) Close() error {
 	g.mu.Lock()
 	g.closed = true
+	g.cancel()
 	conns := make([]*conn, 0, len(g.conns))
 	for _, c := range g.conns {
 		conns = append(conns, c)

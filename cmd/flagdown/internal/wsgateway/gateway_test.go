@@ -372,9 +372,21 @@ func TestClientFrameAndMessageLimits(t *testing.T) {
 }
 
 func TestIdleSocketIsReaped(t *testing.T) {
-	e := newEnv(t, func(o *wsgateway.Options) { o.IdleTimeout = 300 * time.Millisecond })
+	const idle = time.Second
+	e := newEnv(t, func(o *wsgateway.Options) { o.IdleTimeout = idle })
 	ws, id := e.dial()
-	r := closed(t, readAll(ws))
+	reads := readAll(ws)
+	// A message restarts the idle clock: the reap comes at least IdleTimeout after it.
+	time.Sleep(50 * time.Millisecond)
+	sent := time.Now()
+	if err := ws.Write(context.Background(), websocket.MessageText, []byte(`{"action":"sync"}`)); err != nil {
+		t.Fatal(err)
+	}
+	r := closed(t, reads)
+	if reapedAfter := time.Since(sent); reapedAfter < idle {
+		t.Errorf("reaped %s after the last message, before the idle timeout of %s", reapedAfter, idle)
+	}
+	next(t, e.in.messages, "message")
 	var ce websocket.CloseError
 	if !errors.As(r.err, &ce) || ce.Code != websocket.StatusGoingAway || ce.Reason != "idle timeout" {
 		t.Errorf("idle socket ended with %v, want 1001 idle timeout", r.err)
@@ -392,9 +404,13 @@ func TestDeadPeerIsReapedByPingDeadline(t *testing.T) {
 	e := newEnv(t, func(o *wsgateway.Options) {
 		o.PingInterval, o.PongTimeout, o.CloseTimeout = 100*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond
 	})
+	start := time.Now()
 	rc, id := e.dialRaw() // completes the handshake, then never reads nor answers a ping
 	if got := next(t, e.in.disconnects, "disconnect").header.Get(wsgateway.HeaderConnectionID); got != id {
 		t.Errorf("disconnect for %q, want %q", got, id)
+	}
+	if d := time.Since(start); d < 400*time.Millisecond {
+		t.Errorf("reaped after %s, before a ping interval plus the pong timeout (400ms)", d)
 	}
 	e.waitFor("reaped", func() bool { return e.gw.Stats().Open == 0 })
 	if s := e.gw.Stats(); s.Closed[wsgateway.ReasonPongTimeout] != 1 {
@@ -426,8 +442,12 @@ func TestLivePeerAnswersPingsAndStays(t *testing.T) {
 		o.PingInterval, o.PongTimeout = 20*time.Millisecond, 5*time.Second
 		o.MaxConnectionDuration = 600 * time.Millisecond
 	})
+	start := time.Now()
 	ws, _ := e.dial()
 	r := closed(t, readAll(ws)) // the reader answers pings
+	if d := time.Since(start); d < 600*time.Millisecond {
+		t.Errorf("closed after %s, before the maximum duration of 600ms", d)
+	}
 	var ce websocket.CloseError
 	if !errors.As(r.err, &ce) || ce.Code != websocket.StatusGoingAway || ce.Reason != "maximum connection duration reached" {
 		t.Errorf("socket ended with %v, want 1001 maximum connection duration reached", r.err)
