@@ -5,7 +5,9 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"reflect"
+	"regexp"
 	"strings"
 	"time"
 
@@ -111,12 +113,6 @@ type Config struct {
 	// the expiry source and events in flight.
 	ReconcileGrace time.Duration `env:"FLAGDOWN_RECONCILE_GRACE" envDefault:"5s"`
 
-	// PushEndpoint is the stage URL of the management API of the WebSocket API that holds phones'
-	// sockets, which functions push through (shared/push):
-	// https://{api-id}.execute-api.{region}.amazonaws.com/{stage} on AWS API Gateway. Empty turns
-	// push off; flagdown dev sets it to its local gateway, http://<addr>/local, when unset.
-	PushEndpoint string `env:"FLAGDOWN_PUSH_ENDPOINT"`
-
 	// Addr is where flagdown dev serves the functions (the gateway address).
 	Addr string `env:"FLAGDOWN_ADDR" envDefault:"127.0.0.1:8080"`
 	// TriggerMaxDeliver is how many times a trigger delivers an event before dead-lettering it.
@@ -164,6 +160,30 @@ type Config struct {
 	// batch spends one unit per ping of that driver. The default, 600 (10 per second), is 40 times an
 	// app pinging every 4 s; 0 disables the limit.
 	RatePingsPerMin int `env:"FLAGDOWN_RATE_PINGS_PER_MIN" envDefault:"600"`
+
+	// PushEndpoint is the API Gateway management API endpoint of the WebSocket API that holds
+	// phones' connections, https://{api-id}.execute-api.{region}.amazonaws.com/{stage} (shared/push);
+	// requests are SigV4-signed with the AWS credential chain (AWS_REGION, AWS_ACCESS_KEY_ID, roles).
+	// Empty: push is off and clients poll. flagdown dev sets its local gateway's when unset.
+	PushEndpoint string `env:"FLAGDOWN_PUSH_ENDPOINT"`
+	// PushPositionInterval is the least time between two pushes of a driver's position to his ride's
+	// rider (one per ride); 0 pushes none.
+	PushPositionInterval time.Duration `env:"FLAGDOWN_PUSH_POSITION_INTERVAL" envDefault:"1s"`
+	// SNSAppARNFCM is the ARN of the Amazon SNS platform application (platform GCM, i.e. Firebase
+	// Cloud Messaging) that devices registered with platform fcm get their endpoint in, for the
+	// mobile push fallback (shared/push): arn:aws:sns:<region>:<account>:app/GCM/<name>. Empty: no
+	// FCM devices. With none of the three application ARNs set, the push fallback is off.
+	SNSAppARNFCM string `env:"FLAGDOWN_SNS_APP_ARN_FCM"`
+	// SNSAppARNAPNS is the ARN of the SNS platform application for Apple's production push service
+	// (platform apns): arn:aws:sns:<region>:<account>:app/APNS/<name>. Empty: no apns devices.
+	SNSAppARNAPNS string `env:"FLAGDOWN_SNS_APP_ARN_APNS"`
+	// SNSAppARNAPNSSandbox is the ARN of the SNS platform application for Apple's sandbox push
+	// service, development builds of the app (platform apns_sandbox):
+	// arn:aws:sns:<region>:<account>:app/APNS_SANDBOX/<name>. Empty: no apns_sandbox devices.
+	SNSAppARNAPNSSandbox string `env:"FLAGDOWN_SNS_APP_ARN_APNS_SANDBOX"`
+	// SNSEndpoint, when set, is the base URL SNS calls go to instead of the region's AWS endpoint
+	// (a local stand-in, tests). The region is the one of the application ARNs (Validate: one for all).
+	SNSEndpoint string `env:"FLAGDOWN_SNS_ENDPOINT"`
 
 	// FaultClockOffset is a fault-injection knob for chaos runs (`flagdown chaos`): it shifts the
 	// host clock of this process where flagdown still reads one (Now), as a machine whose clock is
@@ -289,6 +309,14 @@ func (c *Config) Validate() error {
 	if c.RateRidesPerMin < 0 || c.RatePingsPerMin < 0 {
 		return fmt.Errorf("config: FLAGDOWN_RATE_RIDES_PER_MIN and FLAGDOWN_RATE_PINGS_PER_MIN must be >= 0 (0 disables)")
 	}
+	if c.PushPositionInterval < 0 {
+		return fmt.Errorf("config: FLAGDOWN_PUSH_POSITION_INTERVAL must be >= 0 (0 pushes no positions)")
+	}
+	if c.PushEndpoint != "" {
+		if u, err := url.Parse(c.PushEndpoint); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return fmt.Errorf("config: FLAGDOWN_PUSH_ENDPOINT must be an http(s) URL such as https://{api-id}.execute-api.{region}.amazonaws.com/{stage}")
+		}
+	}
 	if c.FaultRelayExitAfterPublish < 0 {
 		return fmt.Errorf("config: FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH must be >= 0")
 	}
@@ -301,9 +329,6 @@ func (c *Config) Validate() error {
 	if c.JWKSURL != "" && !strings.HasPrefix(c.JWKSURL, "https://") && !strings.HasPrefix(c.JWKSURL, "http://") {
 		return fmt.Errorf("config: FLAGDOWN_JWKS_URL must be an http(s) URL")
 	}
-	if c.PushEndpoint != "" && !strings.HasPrefix(c.PushEndpoint, "https://") && !strings.HasPrefix(c.PushEndpoint, "http://") {
-		return fmt.Errorf("config: FLAGDOWN_PUSH_ENDPOINT must be an http(s) URL (the WebSocket API's stage URL)")
-	}
 	if c.JWTIssuer == "" || c.JWTAudience == "" {
 		return fmt.Errorf("config: FLAGDOWN_JWT_ISSUER and FLAGDOWN_JWT_AUDIENCE must not be empty")
 	}
@@ -313,8 +338,42 @@ func (c *Config) Validate() error {
 	if _, err := internalauth.Parse(c.InternalSecret); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	if err := c.validateSNS(); err != nil {
+		return err
+	}
 	if c.DriverStateTTL <= c.HeartbeatTTL {
 		return fmt.Errorf("config: FLAGDOWN_DRIVER_STATE_TTL (%s) must be longer than FLAGDOWN_HEARTBEAT_TTL (%s)", c.DriverStateTTL, c.HeartbeatTTL)
+	}
+	return nil
+}
+
+// snsAppARNRe is an SNS platform application ARN: partition, region, 12-digit account, platform,
+// application name (SNS allows 1..256 of A-Z a-z 0-9 _ - .).
+var snsAppARNRe = regexp.MustCompile(`^arn:aws[a-z-]*:sns:([a-z0-9-]+):[0-9]{12}:app/([A-Z_]+)/[A-Za-z0-9_.-]{1,256}$`)
+
+// validateSNS checks the push fallback's variables: each application ARN set is an SNS platform
+// application of its platform, all in one region, and FLAGDOWN_SNS_ENDPOINT is an http(s) URL.
+func (c *Config) validateSNS() error {
+	region := ""
+	for _, a := range []struct{ name, value, platform string }{
+		{"FLAGDOWN_SNS_APP_ARN_FCM", c.SNSAppARNFCM, "GCM"},
+		{"FLAGDOWN_SNS_APP_ARN_APNS", c.SNSAppARNAPNS, "APNS"},
+		{"FLAGDOWN_SNS_APP_ARN_APNS_SANDBOX", c.SNSAppARNAPNSSandbox, "APNS_SANDBOX"},
+	} {
+		if a.value == "" {
+			continue
+		}
+		m := snsAppARNRe.FindStringSubmatch(a.value)
+		if m == nil || m[2] != a.platform {
+			return fmt.Errorf("config: %s must be an SNS platform application ARN arn:aws:sns:<region>:<account>:app/%s/<name>", a.name, a.platform)
+		}
+		if region != "" && m[1] != region {
+			return fmt.Errorf("config: FLAGDOWN_SNS_APP_ARN_* must all be in one region (found %s and %s)", region, m[1])
+		}
+		region = m[1]
+	}
+	if c.SNSEndpoint != "" && !strings.HasPrefix(c.SNSEndpoint, "https://") && !strings.HasPrefix(c.SNSEndpoint, "http://") {
+		return fmt.Errorf("config: FLAGDOWN_SNS_ENDPOINT must be an http(s) URL")
 	}
 	return nil
 }

@@ -56,7 +56,11 @@ func TestRejects(t *testing.T) {
 		"RetainOutboxZero":       {map[string]string{"FLAGDOWN_RETAIN_OUTBOX": "0s"}, "FLAGDOWN_RETAIN_OUTBOX"},
 		"RetainOffersNegative":   {map[string]string{"FLAGDOWN_RETAIN_OFFERS": "-1h"}, "FLAGDOWN_RETAIN_OFFERS"},
 		"DriverStateAtHeartbeat": {map[string]string{"FLAGDOWN_DRIVER_STATE_TTL": "30s"}, "FLAGDOWN_DRIVER_STATE_TTL"},
-		"PushEndpointNotURL":     {map[string]string{"FLAGDOWN_PUSH_ENDPOINT": "abc.execute-api.eu-west-3.amazonaws.com/prod"}, "FLAGDOWN_PUSH_ENDPOINT"},
+		"SNSAppNotAnARN":         {map[string]string{"FLAGDOWN_SNS_APP_ARN_FCM": "flagdown-android"}, "FLAGDOWN_SNS_APP_ARN_FCM"},
+		"SNSAppWrongPlatform":    {map[string]string{"FLAGDOWN_SNS_APP_ARN_APNS": "arn:aws:sns:us-east-1:123456789012:app/APNS_SANDBOX/flagdown"}, "FLAGDOWN_SNS_APP_ARN_APNS"},
+		"SNSAppsTwoRegions": {map[string]string{"FLAGDOWN_SNS_APP_ARN_FCM": "arn:aws:sns:us-east-1:123456789012:app/GCM/flagdown",
+			"FLAGDOWN_SNS_APP_ARN_APNS": "arn:aws:sns:eu-west-1:123456789012:app/APNS/flagdown"}, "one region"},
+		"SNSEndpointNotURL": {map[string]string{"FLAGDOWN_SNS_ENDPOINT": "localhost:4566"}, "FLAGDOWN_SNS_ENDPOINT"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := config.FromEnv(tc.env)
@@ -112,5 +116,30 @@ func TestRetentionDefaultsAndOverrides(t *testing.T) {
 	}
 	if c.RetainProcessedEvents != time.Hour || c.RetainOutbox != 90*time.Minute || c.RetainOffers != 48*time.Hour || c.DriverStateTTL != 31*time.Second {
 		t.Errorf("retention overrides not applied: %v %v %v %v", c.RetainProcessedEvents, c.RetainOutbox, c.RetainOffers, c.DriverStateTTL)
+	}
+}
+
+// TestSNSApps: the three platform application ARNs and the endpoint are read as set; none is required.
+func TestSNSApps(t *testing.T) {
+	c, err := config.FromEnv(map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SNSAppARNFCM != "" || c.SNSAppARNAPNS != "" || c.SNSAppARNAPNSSandbox != "" || c.SNSEndpoint != "" {
+		t.Errorf("SNS defaults = %q %q %q %q, want all empty (push fallback off)", c.SNSAppARNFCM, c.SNSAppARNAPNS, c.SNSAppARNAPNSSandbox, c.SNSEndpoint)
+	}
+	env := map[string]string{
+		"FLAGDOWN_SNS_APP_ARN_FCM":          "arn:aws:sns:us-east-1:123456789012:app/GCM/flagdown-android",
+		"FLAGDOWN_SNS_APP_ARN_APNS":         "arn:aws:sns:us-east-1:123456789012:app/APNS/flagdown-ios",
+		"FLAGDOWN_SNS_APP_ARN_APNS_SANDBOX": "arn:aws:sns:us-east-1:123456789012:app/APNS_SANDBOX/flagdown-ios-dev",
+		"FLAGDOWN_SNS_ENDPOINT":             "http://127.0.0.1:4566",
+	}
+	c, err = config.FromEnv(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SNSAppARNFCM != env["FLAGDOWN_SNS_APP_ARN_FCM"] || c.SNSAppARNAPNS != env["FLAGDOWN_SNS_APP_ARN_APNS"] ||
+		c.SNSAppARNAPNSSandbox != env["FLAGDOWN_SNS_APP_ARN_APNS_SANDBOX"] || c.SNSEndpoint != env["FLAGDOWN_SNS_ENDPOINT"] {
+		t.Errorf("SNS config = %q %q %q %q, want the environment's", c.SNSAppARNFCM, c.SNSAppARNAPNS, c.SNSAppARNAPNSSandbox, c.SNSEndpoint)
 	}
 }
