@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -552,5 +553,61 @@ func TestCloseEndsEverySocket(t *testing.T) {
 	_, resp, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(e.srv.URL, "http")+"/ws", nil)
 	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("dial after Close: %v %v, want 503", resp, err)
+	}
+}
+
+func TestManySocketsLeaveNothingBehind(t *testing.T) {
+	e := newEnv(t, nil)
+	const n = 40
+	socks := make([]*websocket.Conn, n)
+	ids := make([]string, n)
+	for i := range socks {
+		socks[i], ids[i] = e.dial()
+	}
+	reads := make([]<-chan readResult, n)
+	for i, ws := range socks {
+		reads[i] = readAll(ws)
+	}
+	// Concurrent posts to every socket, three each.
+	errs := make(chan error, 3*n)
+	for i := range socks {
+		for k := range 3 {
+			go func() {
+				errs <- e.mgmt.PostToConnection(context.Background(), ids[i], []byte(`{"n":`+strconv.Itoa(k)+`}`))
+			}()
+		}
+	}
+	for range 3 * n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitFor("every message read", func() bool { return e.gw.Stats().MessagesPosted == 3*n })
+	// Half close themselves, the gateway closes the rest.
+	for _, ws := range socks[:n/2] {
+		_ = ws.Close(websocket.StatusNormalClosure, "")
+	}
+	e.waitFor("clients' closes seen", func() bool { return e.gw.Stats().Closed[wsgateway.ReasonClient] == n/2 })
+	if err := e.gw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for range n {
+		got[next(t, e.in.disconnects, "disconnect").header.Get(wsgateway.HeaderConnectionID)] = true
+	}
+	none(t, e.in.disconnects, "disconnect")
+	for i, id := range ids {
+		if !got[id] {
+			t.Errorf("no disconnect for socket %d (%s)", i, id)
+		}
+	}
+	for i, ch := range reads {
+		if r := closed(t, ch); len(r.msgs) != 3 {
+			t.Errorf("socket %d read %d messages, want 3", i, len(r.msgs))
+		}
+	}
+	s := e.gw.Stats()
+	if s.Open != 0 || s.Accepted != n || s.Closed[wsgateway.ReasonClient]+s.Closed[wsgateway.ReasonShutdown] != n {
+		t.Errorf("stats %+v, want 0 open and all %d accounted for", s, n)
 	}
 }
