@@ -38,9 +38,8 @@ const (
 	PlatformAPNSSandbox Platform = "apns_sandbox"
 )
 
-// snsPlatform is the SNS application platform of each Platform, also the key of its payload in a
-// Publish with MessageStructure json.
-var snsPlatform = map[Platform]string{PlatformFCM: "GCM", PlatformAPNS: "APNS", PlatformAPNSSandbox: "APNS_SANDBOX"}
+// platforms are the valid Platforms.
+var platforms = map[Platform]bool{PlatformFCM: true, PlatformAPNS: true, PlatformAPNSSandbox: true}
 
 // Limits of the push fallback.
 const (
@@ -115,9 +114,10 @@ var (
 // touches no AWS configuration. Otherwise it loads the AWS SDK's default configuration
 // (credentials from the environment, shared files or the workload's role) with the region of the
 // application ARNs and an HTTP client whose attempts time out after SNSCallTimeout, then optFns
-// (tests pass their credentials), and sends SNS calls to cfg.SNSEndpoint when it is set. The SDK's default retryer retries throttling and server errors.
-// It returns an error for an application ARN without a region or an AWS configuration that cannot
-// be loaded.
+// (tests pass their credentials), and sends SNS calls to cfg.SNSEndpoint when it is set. The
+// SDK's default retryer retries transport failures and server errors; SNS's Throttled answer is not
+// among the codes it retries, so a throttled call fails at once (unavailable). It returns an error
+// for an application ARN that is not one or an AWS configuration that cannot be loaded.
 func NewSNS(ctx context.Context, cfg *config.Config, db *pgstore.DB, optFns ...func(*awsconfig.LoadOptions) error) (*SNS, error) {
 	s := &SNS{db: db, apps: map[Platform]string{}}
 	region := ""
@@ -199,15 +199,15 @@ func customUserData(role auth.Role, userID string) string { return string(role) 
 //
 // Errors are dispatch errors: invalid_argument on role, user_id, platform (not one of the three,
 // or not configured on this server) or token (fcm: 1..MaxFCMTokenBytes bytes of printable ASCII
-// without spaces; apns: 1..MaxAPNSTokenChars hexadecimal characters, stored in lower case, or a
-// token SNS refuses) with nothing sent or written; unavailable when SNS or PostgreSQL cannot be
-// reached or SNS throttles; internal for an SNS refusal that is flagdown's fault (credentials,
-// permissions, a missing application).
+// without spaces; apns: 1..MaxAPNSTokenChars hexadecimal characters, stored in lower case) with
+// nothing sent or written, or on token when SNS refuses it (nothing written); unavailable when SNS
+// or PostgreSQL cannot be reached or SNS throttles; internal for an SNS refusal that is flagdown's
+// fault (credentials, permissions, a missing application).
 func (s *SNS) RegisterDevice(ctx context.Context, role auth.Role, userID string, platform Platform, token string) (pgstore.Device, error) {
 	if err := validateOwner(role, userID); err != nil {
 		return pgstore.Device{}, err
 	}
-	if _, ok := snsPlatform[platform]; !ok {
+	if !platforms[platform] {
 		return pgstore.Device{}, dispatch.Invalid("platform", "must be fcm, apns or apns_sandbox")
 	}
 	token, err := validateToken(platform, token)
