@@ -38,9 +38,8 @@ const (
 	PlatformAPNSSandbox Platform = "apns_sandbox"
 )
 
-// snsPlatform is the SNS application platform of each Platform, also the key of its payload in a
-// Publish with MessageStructure json.
-var snsPlatform = map[Platform]string{PlatformFCM: "GCM", PlatformAPNS: "APNS", PlatformAPNSSandbox: "APNS_SANDBOX"}
+// platforms are the valid Platforms.
+var platforms = map[Platform]bool{PlatformFCM: true, PlatformAPNS: true, PlatformAPNSSandbox: true}
 
 // Limits of the push fallback.
 const (
@@ -99,6 +98,9 @@ type SNS struct {
 	apps   map[Platform]string // platform application ARN of each configured platform
 }
 
+// SNS is the Pusher's mobile fallback.
+var _ Mobile = (*SNS)(nil)
+
 var (
 	appARNRe      = regexp.MustCompile(`^arn:aws[a-z-]*:sns:([a-z0-9-]+):[0-9]{12}:app/[A-Z_]+/[A-Za-z0-9_.-]{1,256}$`)
 	endpointARNRe = regexp.MustCompile(`^arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:endpoint/[A-Z_]+/[A-Za-z0-9_.-]{1,256}/[A-Za-z0-9-]{1,64}$`)
@@ -108,6 +110,8 @@ var (
 	existingARNRe = regexp.MustCompile(`Endpoint (arn:aws[a-z-]*:sns:\S+) already exists with the same [Tt]oken`)
 	hexRe         = regexp.MustCompile(`^[0-9a-fA-F]+$`)
 	pushTypeRe    = regexp.MustCompile(`^[a-z][a-z0-9_.]{0,63}$`)
+	// collapseIDRe is an id usable as apns-collapse-id (at most 64 bytes), printable ASCII.
+	collapseIDRe = regexp.MustCompile(`^[!-~]{1,64}$`)
 )
 
 // NewSNS returns the push fallback of cfg over db. With none of cfg's SNS platform application
@@ -115,9 +119,10 @@ var (
 // touches no AWS configuration. Otherwise it loads the AWS SDK's default configuration
 // (credentials from the environment, shared files or the workload's role) with the region of the
 // application ARNs and an HTTP client whose attempts time out after SNSCallTimeout, then optFns
-// (tests pass their credentials), and sends SNS calls to cfg.SNSEndpoint when it is set. The SDK's default retryer retries throttling and server errors.
-// It returns an error for an application ARN without a region or an AWS configuration that cannot
-// be loaded.
+// (tests pass their credentials), and sends SNS calls to cfg.SNSEndpoint when it is set. The
+// SDK's default retryer retries transport failures and server errors; SNS's Throttled answer is not
+// among the codes it retries, so a throttled call fails at once (unavailable). It returns an error
+// for an application ARN that is not one or an AWS configuration that cannot be loaded.
 func NewSNS(ctx context.Context, cfg *config.Config, db *pgstore.DB, optFns ...func(*awsconfig.LoadOptions) error) (*SNS, error) {
 	s := &SNS{db: db, apps: map[Platform]string{}}
 	region := ""
@@ -199,15 +204,15 @@ func customUserData(role auth.Role, userID string) string { return string(role) 
 //
 // Errors are dispatch errors: invalid_argument on role, user_id, platform (not one of the three,
 // or not configured on this server) or token (fcm: 1..MaxFCMTokenBytes bytes of printable ASCII
-// without spaces; apns: 1..MaxAPNSTokenChars hexadecimal characters, stored in lower case, or a
-// token SNS refuses) with nothing sent or written; unavailable when SNS or PostgreSQL cannot be
-// reached or SNS throttles; internal for an SNS refusal that is flagdown's fault (credentials,
-// permissions, a missing application).
+// without spaces; apns: 1..MaxAPNSTokenChars hexadecimal characters, stored in lower case) with
+// nothing sent or written, or on token when SNS refuses it (nothing written); unavailable when SNS
+// or PostgreSQL cannot be reached or SNS throttles; internal for an SNS refusal that is flagdown's
+// fault (credentials, permissions, a missing application).
 func (s *SNS) RegisterDevice(ctx context.Context, role auth.Role, userID string, platform Platform, token string) (pgstore.Device, error) {
 	if err := validateOwner(role, userID); err != nil {
 		return pgstore.Device{}, err
 	}
-	if _, ok := snsPlatform[platform]; !ok {
+	if !platforms[platform] {
 		return pgstore.Device{}, dispatch.Invalid("platform", "must be fcm, apns or apns_sandbox")
 	}
 	token, err := validateToken(platform, token)
@@ -358,6 +363,7 @@ func prepare(msg []byte, ttl time.Duration) (publication, error) {
 	}
 	b := compact.Bytes()
 	var env struct {
+		ID   any `json:"id"`
 		Type any `json:"type"`
 	}
 	_ = json.Unmarshal(b, &env)
@@ -366,6 +372,7 @@ func prepare(msg []byte, ttl time.Duration) (publication, error) {
 		locKey = "flagdown." + t
 	}
 	secs := strconv.FormatInt(int64(ttl/time.Second), 10)
+	id, _ := env.ID.(string)
 
 	var fcm fcmPayload
 	fcm.FCMV1Message.Message.Data = map[string]string{"flagdown": compact.String()}
@@ -398,13 +405,18 @@ func prepare(msg []byte, ttl time.Duration) (publication, error) {
 	str := func(v string) types.MessageAttributeValue {
 		return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
 	}
-	return publication{message: string(message), attrs: map[string]types.MessageAttributeValue{
+	attrs := map[string]types.MessageAttributeValue{
 		"AWS.SNS.MOBILE.FCM.TTL":          str(secs),
 		"AWS.SNS.MOBILE.APNS.TTL":         str(secs),
 		"AWS.SNS.MOBILE.APNS_SANDBOX.TTL": str(secs),
 		"AWS.SNS.MOBILE.APNS.PRIORITY":    str("10"),
 		"AWS.SNS.MOBILE.APNS.PUSH_TYPE":   str("alert"),
-	}}, nil
+	}
+	if collapseIDRe.MatchString(id) {
+		// The same message pushed twice (a redelivered event) replaces its alert instead of adding one.
+		attrs["AWS.SNS.MOBILE.APNS.COLLAPSE_ID"] = str(id)
+	}
+	return publication{message: string(message), attrs: attrs}, nil
 }
 
 // Publish sends msg, a small JSON object (the message a WebSocket would carry, e.g.
@@ -422,8 +434,9 @@ func prepare(msg []byte, ttl time.Duration) (publication, error) {
 //
 // and the message attributes AWS.SNS.MOBILE.FCM.TTL, AWS.SNS.MOBILE.APNS.TTL and
 // AWS.SNS.MOBILE.APNS_SANDBOX.TTL (ttl in seconds), AWS.SNS.MOBILE.APNS.PRIORITY 10 and
-// AWS.SNS.MOBILE.APNS.PUSH_TYPE alert: every push is high priority, the fallback carries
-// time-critical messages (offers). It returns SNS's message id.
+// AWS.SNS.MOBILE.APNS.PUSH_TYPE alert (every push is high priority: the fallback carries
+// time-critical messages, offers), and AWS.SNS.MOBILE.APNS.COLLAPSE_ID msg's id when it is 1..64
+// bytes of printable ASCII (a message pushed twice replaces its alert). It returns SNS's message id.
 //
 // Errors: an *EndpointError (ErrEndpointDisabled: the device row is disabled; ErrEndpointNotFound:
 // it is deleted) when the endpoint is gone; dispatch errors otherwise: invalid_argument on

@@ -375,6 +375,7 @@ func TestPublishRequest(t *testing.T) {
 		"AWS.SNS.MOBILE.APNS_SANDBOX.TTL": str("14"),
 		"AWS.SNS.MOBILE.APNS.PRIORITY":    str("10"),
 		"AWS.SNS.MOBILE.APNS.PUSH_TYPE":   str("alert"),
+		"AWS.SNS.MOBILE.APNS.COLLAPSE_ID": str("m-1"),
 	}
 	if !reflect.DeepEqual(r.MessageAttributes, wantAttrs) {
 		t.Errorf("MessageAttributes = %v, want %v", r.MessageAttributes, wantAttrs)
@@ -422,6 +423,24 @@ func TestPublishPerPlatform(t *testing.T) {
 	}
 	ep, _ = f.sns.Endpoint(ios.EndpointARN)
 	jsonEqual(t, "generic payload", ep.Delivered[1], `{"aps":{"alert":{"loc-key":"flagdown.message"},"sound":"default"},"flagdown":{"type":"Bad Type"}}`)
+
+	// Only an id APNs takes as apns-collapse-id (1..64 bytes of printable ASCII) becomes one.
+	for msg, want := range map[string]string{
+		`{"id":"m-2","type":"ride.status"}`:                             "m-2",
+		`{"type":"ride.status"}`:                                        "",
+		`{"id":"` + strings.Repeat("x", 65) + `","type":"ride.status"}`: "",
+		`{"id":"has space","type":"ride.status"}`:                       "",
+		`{"id":7,"type":"ride.status"}`:                                 "",
+	} {
+		if _, err := f.push.Publish(ctx, ios.EndpointARN, []byte(msg), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		pubs := f.sns.RequestsOf("Publish")
+		got, ok := pubs[len(pubs)-1].MessageAttributes["AWS.SNS.MOBILE.APNS.COLLAPSE_ID"]
+		if got.StringValue != want || ok != (want != "") {
+			t.Errorf("%s: collapse id %q (present %v), want %q", msg, got.StringValue, ok, want)
+		}
+	}
 }
 
 func TestPublishEndpointDisabled(t *testing.T) {
