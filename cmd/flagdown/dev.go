@@ -52,7 +52,7 @@ authorizes its calls with FLAGDOWN_INTERNAL_SECRET, a random one for the run whe
 			if cmd.Flags().Changed("addr") || os.Getenv("FLAGDOWN_ADDR") == "" {
 				cfg.Addr = addr
 			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			log := app.NewLogger(cfg)
 			p, err := startPlatformOn(cmd.Context(), cfg, natsDir, natsPort, log)
 			if err != nil {
 				return err

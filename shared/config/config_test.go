@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,24 @@ func TestFromEnvOverrides(t *testing.T) {
 	}
 }
 
+// TestLogSettings: JSON at info by default; FLAGDOWN_LOG_FORMAT and FLAGDOWN_LOG_LEVEL override them.
+func TestLogSettings(t *testing.T) {
+	c, err := config.FromEnv(map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.LogFormat != "json" || c.LogLevel != slog.LevelInfo {
+		t.Errorf("defaults: format %q level %v; want json, INFO", c.LogFormat, c.LogLevel)
+	}
+	c, err = config.FromEnv(map[string]string{"FLAGDOWN_LOG_FORMAT": "text", "FLAGDOWN_LOG_LEVEL": "debug"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.LogFormat != "text" || c.LogLevel != slog.LevelDebug {
+		t.Errorf("overrides: format %q level %v; want text, DEBUG", c.LogFormat, c.LogLevel)
+	}
+}
+
 func TestRejects(t *testing.T) {
 	for name, tc := range map[string]struct {
 		env  map[string]string
@@ -56,6 +75,8 @@ func TestRejects(t *testing.T) {
 		"RetainOutboxZero":       {map[string]string{"FLAGDOWN_RETAIN_OUTBOX": "0s"}, "FLAGDOWN_RETAIN_OUTBOX"},
 		"RetainOffersNegative":   {map[string]string{"FLAGDOWN_RETAIN_OFFERS": "-1h"}, "FLAGDOWN_RETAIN_OFFERS"},
 		"DriverStateAtHeartbeat": {map[string]string{"FLAGDOWN_DRIVER_STATE_TTL": "30s"}, "FLAGDOWN_DRIVER_STATE_TTL"},
+		"LogFormatUnknown":       {map[string]string{"FLAGDOWN_LOG_FORMAT": "logfmt"}, "FLAGDOWN_LOG_FORMAT"},
+		"LogLevelUnknown":        {map[string]string{"FLAGDOWN_LOG_LEVEL": "loud"}, "FLAGDOWN_LOG_LEVEL"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := config.FromEnv(tc.env)
