@@ -12,7 +12,7 @@ PKGS ?= ./...
 export GO GOTEST_FLAGS REPLAY_ARGS SERVICES_ARGS CHAOS_ARGS
 
 .DEFAULT_GOAL := help
-.PHONY: help test demo chaos build services services-down services-env fmt vet bench clean
+.PHONY: help test dev demo chaos build services services-down services-env fmt vet bench clean
 
 help: ## list the targets
 	@echo "flagdown make targets:"
@@ -22,6 +22,9 @@ help: ## list the targets
 
 test: ## services up, gofmt check, go vet, go test -race; stops the services it started (also on failure)
 	GOTEST_PKGS='$(PKGS)' scripts/test.sh
+
+dev: ## build, services up, run `flagdown dev` in the foreground with a fresh token secret, print the gateway URL and a curl walkthrough; Ctrl-C stops it and the services it started
+	scripts/dev.sh
 
 demo: ## build, services up, migrate, run `flagdown dev` and replay NYC trips against it, then stop everything
 	scripts/demo.sh

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/spf13/cobra"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/flagdown/flagdown/shared/expiry"
 	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/outbox"
+	"github.com/flagdown/flagdown/shared/pgstore"
 )
 
 func newDevCmd() *cobra.Command {
@@ -38,7 +40,8 @@ delivers events to functions through the trigger table in CloudEvents binary mod
 redelivery with backoff on 5xx, dead-letter at once on other 4xx and after
 FLAGDOWN_TRIGGER_MAX_DELIVER attempts), runs the outbox
 relay and the Redis expiry source, calls the reconcile function every FLAGDOWN_RECONCILE_INTERVAL,
-and applies migrations on start. Client tokens are verified with FLAGDOWN_JWT_SECRET (or
+creates the database DATABASE_URL names when it is missing (through the server's
+maintenance database postgres) and applies migrations on start. Client tokens are verified with FLAGDOWN_JWT_SECRET (or
 FLAGDOWN_JWKS_URL); with neither set a random secret is generated for the run and logged with the
 flagdown token command that mints tokens for it. The relay and the expiry source sign events and the cron
 authorizes its calls with FLAGDOWN_INTERNAL_SECRET, a random one for the run when it is unset.
@@ -55,7 +58,7 @@ SIGINT/SIGTERM.`,
 			if cmd.Flags().Changed("addr") || os.Getenv("FLAGDOWN_ADDR") == "" {
 				cfg.Addr = addr
 			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			log := app.NewLogger(cfg)
 			p, err := startPlatformOn(cmd.Context(), cfg, natsDir, natsPort, log)
 			if err != nil {
 				return err
@@ -141,6 +144,14 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 	keys, err := internalauth.Parse(cfg.InternalSecret)
 	if err != nil {
 		return nil, err
+	}
+	// The database DATABASE_URL names is created when missing (flagdown dev is the one command a new
+	// user runs first); a deployment's functions never create it.
+	if created, err := pgstore.EnsureDatabase(ctx, cfg.DatabaseURL); err != nil {
+		return nil, err
+	} else if created {
+		pc, _ := pgconn.ParseConfig(cfg.DatabaseURL) // EnsureDatabase parsed it already
+		log.Info("created the database DATABASE_URL names", "database", pc.Database, "host", pc.Host)
 	}
 	// Listen first: the push endpoint and the integrations name the gateway's address.
 	if p.ln, err = net.Listen("tcp", cfg.Addr); err != nil {

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"log/slog"
-	"os"
-
 	"github.com/spf13/cobra"
 
 	"github.com/flagdown/flagdown/shared/app"
@@ -32,7 +29,7 @@ flagdown dev runs one itself. Stops gracefully on SIGINT/SIGTERM.`,
 			if err != nil {
 				return err
 			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			log := app.NewLogger(cfg)
 			ctx := cmd.Context()
 			rdb, err := redisstore.Open(ctx, cfg.RedisURL)
 			if err != nil {

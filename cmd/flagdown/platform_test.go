@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -81,13 +83,23 @@ func TestReplayEndToEnd(t *testing.T) {
 	opts.SummaryPath = filepath.Join(t.TempDir(), "summary.json")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	out := io.Discard
+	// Its output is not a terminal: progress comes as plain lines, no carriage-return frames.
+	opts.Progress, opts.ProgressEvery = true, 2*time.Second
+	var buf bytes.Buffer
+	var out io.Writer = &buf
 	if testing.Verbose() {
-		out = os.Stderr
+		out = io.MultiWriter(&buf, os.Stderr)
 	}
 	sum, err := replay.Run(ctx, opts, out)
 	if err != nil {
 		t.Fatalf("replay: %v", err)
+	}
+	if strings.ContainsRune(buf.String(), '\r') {
+		t.Errorf("replay output to a buffer has carriage returns")
+	}
+	progressLine := regexp.MustCompile(`(?m)^replay: \d+s elapsed, simulated \d+:\d\d/\d+:\d\d, \d+ rides, \d+ matched$`)
+	if n := len(progressLine.FindAllString(buf.String(), -1)); n < 3 {
+		t.Errorf("%d progress lines in the replay output; want one every 2 s of a run of more than 6 s, and a last one", n)
 	}
 	if sum.RidesRequested == 0 || sum.RidesMatched == 0 {
 		t.Fatalf("replay requested %d rides and matched %d; want both > 0", sum.RidesRequested, sum.RidesMatched)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/outbox"
 	"github.com/flagdown/flagdown/shared/pgstore"
@@ -31,7 +32,7 @@ its N-th published event, before marking it.`,
 			if err != nil {
 				return err
 			}
-			log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+			log := app.NewLogger(cfg)
 			ctx := cmd.Context()
 			db, err := pgstore.Open(ctx, cfg.DatabaseURL, cfg.DatabaseSchema)
 			if err != nil {

@@ -88,6 +88,8 @@ summary, when a count is not 0 or when the check could not run (--verify=false s
 	f.IntVar(&o.Concurrency, "concurrency", o.Concurrency, "HTTP workers (and idle connections kept to the platform)")
 	f.DurationVar(&o.Drain, "drain", o.Drain, "extra simulated time after the last order to let rides finish matching")
 	f.IntVar(&o.BatchSize, "batch", o.BatchSize, fmt.Sprintf("pings per location-update call, 1..%d (1 = one ping per call)", replay.MaxBatchSize))
+	f.DurationVar(&o.ProgressEvery, "progress-every", replay.DefaultProgressEvery,
+		"wall time between two progress lines when the output is not a terminal (on a terminal: a progress bar)")
 	f.BoolVar(&o.CheckURL, "check-url", o.CheckURL, "fail fast unless GET <url>/readyz answers 200")
 	f.BoolVar(&o.SpreadMinute, "spread-minute", o.SpreadMinute, "spread pickups recorded to the whole minute uniformly over that minute (seeded)")
 	f.StringVar(&o.RunID, "run-id", "", "id embedded in driver and rider ids (default: derived from the clock, unique per run)")

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/invariants"
+	"github.com/flagdown/flagdown/shared/logging"
 )
 
 // defaultVerifyGrace is --grace's default: longer than any path the platform takes to make Redis
@@ -65,7 +64,7 @@ func newVerifyCmd() *cobra.Command {
 // verifyDeployment opens PostgreSQL and Redis as cfg says and runs invariants.Check with grace.
 func verifyDeployment(ctx context.Context, cfg *config.Config, grace time.Duration) (invariants.Report, error) {
 	openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	d, err := app.Open(openCtx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d, err := app.Open(openCtx, cfg, logging.Discard())
 	cancel()
 	if err != nil {
 		return invariants.Report{}, fmt.Errorf("verify: %w", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/internalauth"
+	"github.com/flagdown/flagdown/shared/logging"
 	"github.com/flagdown/flagdown/shared/pgstore"
 	"github.com/flagdown/flagdown/shared/push"
 	"github.com/flagdown/flagdown/shared/ratelimit"
@@ -111,10 +112,27 @@ func (d *Deps) Internal() *internalauth.Keys {
 	return d.internal
 }
 
-// Open connects to PostgreSQL and Redis as cfg says. It does not apply migrations.
+// NewLogger returns the process's logger (shared/logging) on standard error, in cfg's
+// FLAGDOWN_LOG_FORMAT at its FLAGDOWN_LOG_LEVEL; JSON at info for a nil cfg (a configuration that
+// failed to load).
+func NewLogger(cfg *config.Config) *slog.Logger {
+	format, level := logging.FormatJSON, slog.LevelInfo
+	if cfg != nil {
+		format, level = cfg.LogFormat, cfg.LogLevel
+	}
+	log, err := logging.New(os.Stderr, format, level)
+	if err != nil { // a Config that skipped Validate
+		log, _ = logging.New(os.Stderr, logging.FormatJSON, level)
+		log.Error("unknown log format; logging JSON", "err", err)
+	}
+	return log
+}
+
+// Open connects to PostgreSQL and Redis as cfg says. It does not apply migrations. A nil log is
+// NewLogger(cfg).
 func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Deps, error) {
 	if log == nil {
-		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+		log = NewLogger(cfg)
 	}
 	db, err := pgstore.Open(ctx, cfg.DatabaseURL, cfg.DatabaseSchema)
 	if err != nil {

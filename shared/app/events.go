@@ -12,6 +12,7 @@ import (
 	"github.com/flagdown/flagdown/shared/cloudevent"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
+	"github.com/flagdown/flagdown/shared/logging"
 )
 
 // EventFunc handles one decoded, validated CloudEvent and returns a short outcome for the answer
@@ -42,7 +43,8 @@ func EventHandler(d *Deps, accepts []string, fn EventFunc) http.Handler {
 			return
 		}
 		if err := d.Internal().Verify(e); err != nil {
-			d.Log.Warn("internal event refused", "id", e.ID(), "type", e.Type(), "source", e.Source(), "subject", e.Subject(), "err", err)
+			d.Log.Warn("internal event refused", "id", e.ID(), "type", e.Type(), "source", e.Source(),
+				logging.EventSubject(e.Type(), e.Subject()), "err", err)
 			httpx.WriteError(w, r, d.Log, err)
 			return
 		}

@@ -23,6 +23,8 @@ import (
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flagdown/flagdown/shared/logging"
 )
 
 // Dead-letter message headers. A dead-lettered message carries the original structured event as its
@@ -376,7 +378,8 @@ func (r *runner) handle(ctx context.Context, it item) {
 	if md, err := it.msg.Metadata(); err == nil {
 		attempt = int(md.NumDelivered)
 	}
-	log := d.log.With("trigger", r.t.Name, "event_id", it.ev.ID(), "type", it.ev.Type(), "subject", it.ev.Subject(), "attempt", attempt)
+	log := d.log.With("trigger", r.t.Name, "event_id", it.ev.ID(), "type", it.ev.Type(),
+		logging.EventSubject(it.ev.Type(), it.ev.Subject()), "attempt", attempt)
 	if it.decErr != nil {
 		r.deadLetter(ctx, it, attempt, 0, "undecodable event: "+it.decErr.Error(), log)
 		return

@@ -5,6 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"reflect"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/flagdown/flagdown/shared/internalauth"
+	"github.com/flagdown/flagdown/shared/logging"
 )
 
 // Config is the whole configuration of a flagdown process.
@@ -113,9 +115,13 @@ type Config struct {
 	// the expiry source and events in flight.
 	ReconcileGrace time.Duration `env:"FLAGDOWN_RECONCILE_GRACE" envDefault:"5s"`
 
-
 	// Addr is where flagdown dev serves the functions (the gateway address).
 	Addr string `env:"FLAGDOWN_ADDR" envDefault:"127.0.0.1:8080"`
+	// LogFormat is the format of every log line (shared/logging): json (one object per line, the
+	// default) or text (key=value, for a human at a terminal).
+	LogFormat string `env:"FLAGDOWN_LOG_FORMAT" envDefault:"json"`
+	// LogLevel is the least severe level logged: debug, info, warn or error (slog.Level's names).
+	LogLevel slog.Level `env:"FLAGDOWN_LOG_LEVEL" envDefault:"info"`
 	// TriggerMaxDeliver is how many times a trigger delivers an event before dead-lettering it.
 	TriggerMaxDeliver int `env:"FLAGDOWN_TRIGGER_MAX_DELIVER" envDefault:"5"`
 	// RelayPollInterval is the outbox relay's polling fallback when no NOTIFY arrives.
@@ -272,6 +278,9 @@ func describe(err error) error {
 
 // Validate checks the rules between values that the parser cannot.
 func (c *Config) Validate() error {
+	if err := logging.CheckFormat(c.LogFormat); err != nil {
+		return fmt.Errorf("config: FLAGDOWN_LOG_FORMAT: %w", err)
+	}
 	if len(c.ServiceArea) != 4 || c.ServiceArea[0] >= c.ServiceArea[2] || c.ServiceArea[1] >= c.ServiceArea[3] {
 		return fmt.Errorf("config: FLAGDOWN_SERVICE_AREA must be minLat,minLng,maxLat,maxLng with min < max")
 	}

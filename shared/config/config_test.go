@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,24 @@ func TestFromEnvOverrides(t *testing.T) {
 	}
 }
 
+// TestLogSettings: JSON at info by default; FLAGDOWN_LOG_FORMAT and FLAGDOWN_LOG_LEVEL override them.
+func TestLogSettings(t *testing.T) {
+	c, err := config.FromEnv(map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.LogFormat != "json" || c.LogLevel != slog.LevelInfo {
+		t.Errorf("defaults: format %q level %v; want json, INFO", c.LogFormat, c.LogLevel)
+	}
+	c, err = config.FromEnv(map[string]string{"FLAGDOWN_LOG_FORMAT": "text", "FLAGDOWN_LOG_LEVEL": "debug"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.LogFormat != "text" || c.LogLevel != slog.LevelDebug {
+		t.Errorf("overrides: format %q level %v; want text, DEBUG", c.LogFormat, c.LogLevel)
+	}
+}
+
 func TestRejects(t *testing.T) {
 	for name, tc := range map[string]struct {
 		env  map[string]string
@@ -62,6 +81,8 @@ func TestRejects(t *testing.T) {
 			"FLAGDOWN_SNS_APP_ARN_APNS": "arn:aws:sns:eu-west-1:123456789012:app/APNS/flagdown"}, "one region"},
 		"SNSEndpointNotURL":  {map[string]string{"FLAGDOWN_SNS_ENDPOINT": "localhost:4566"}, "FLAGDOWN_SNS_ENDPOINT"},
 		"PushEndpointNotURL": {map[string]string{"FLAGDOWN_PUSH_ENDPOINT": "abc.execute-api.eu-west-3.amazonaws.com/prod"}, "FLAGDOWN_PUSH_ENDPOINT"},
+		"LogFormatUnknown":   {map[string]string{"FLAGDOWN_LOG_FORMAT": "logfmt"}, "FLAGDOWN_LOG_FORMAT"},
+		"LogLevelUnknown":    {map[string]string{"FLAGDOWN_LOG_LEVEL": "loud"}, "FLAGDOWN_LOG_LEVEL"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := config.FromEnv(tc.env)

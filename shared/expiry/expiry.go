@@ -73,6 +73,7 @@ import (
 	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/cloudevent"
 	"github.com/flagdown/flagdown/shared/internalauth"
+	"github.com/flagdown/flagdown/shared/logging"
 	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
@@ -441,6 +442,15 @@ func (s *Source) lookup(ctx context.Context, key string) (int64, bool, error) {
 	return d, n == 1, err
 }
 
+// keyIDAttr is the log attribute of a timed key's id: ride_id for a retry timer, driver_id for a
+// heartbeat or an offer lock.
+func keyIDAttr(kind redisstore.KeyKind, id string) slog.Attr {
+	if kind == redisstore.KindRetry {
+		return logging.RideID(id)
+	}
+	return logging.DriverID(id)
+}
+
 // handle acts on one expired notification.
 func (s *Source) handle(ctx context.Context, key string) {
 	kind, id, ok := redisstore.ParseTimedKey(s.prefix, key)
@@ -450,7 +460,7 @@ func (s *Source) handle(ctx context.Context, key string) {
 	d, exists, err := s.lookup(ctx, key)
 	if err != nil {
 		s.errs.Add(1)
-		s.log.Warn("expiry: look up expired key (the sweeper will retry)", "key", key, "err", err)
+		s.log.Warn("expiry: look up expired key (the sweeper will retry)", "key", key, keyIDAttr(kind, id), "err", err)
 		return
 	}
 	if exists {
@@ -479,7 +489,7 @@ func (s *Source) emit(ctx context.Context, key string, kind redisstore.KeyKind, 
 	}
 	if err != nil {
 		s.errs.Add(1)
-		s.log.Warn("expiry: publish failed (the sweeper retries indexed keys)", "key", key, "err", err)
+		s.log.Warn("expiry: publish failed (the sweeper retries indexed keys)", "key", key, keyIDAttr(kind, id), "err", err)
 		return err
 	}
 	s.published.Add(1)
@@ -489,7 +499,7 @@ func (s *Source) emit(ctx context.Context, key string, kind redisstore.KeyKind, 
 	if d > 0 {
 		if err := retireScript.Run(ctx, s.rdb, []string{s.dk, s.fk}, key, d, broker.DuplicateWindow.Milliseconds()).Err(); err != nil {
 			s.errs.Add(1)
-			s.log.Warn("expiry: retire deadline", "key", key, "err", err)
+			s.log.Warn("expiry: retire deadline", "key", key, keyIDAttr(kind, id), "err", err)
 		}
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/logging"
 	"github.com/flagdown/flagdown/shared/pgstore"
 )
 
@@ -134,7 +135,7 @@ func (s *Service) Match(ctx context.Context, rideID string, ev *EventRef, pick P
 	if err != nil && locked != nil {
 		// The offer was not recorded: free the driver we locked.
 		if _, rerr := s.d.Redis.ReleaseOffer(context.WithoutCancel(ctx), locked.DriverID, locked.ID, true); rerr != nil {
-			s.d.Log.Error("release offer lock after failed match", "driver_id", locked.DriverID, "err", rerr)
+			s.d.Log.Error("release offer lock after failed match", logging.RideID(rideID), logging.DriverID(locked.DriverID), "err", rerr)
 		}
 	}
 	return outcome, err

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/flagdown/flagdown/shared/logging"
 	"github.com/flagdown/flagdown/shared/pgstore"
 	"github.com/flagdown/flagdown/shared/redisstore"
 )
@@ -127,7 +128,7 @@ func (s *Service) RepairAssignments(ctx context.Context, grace time.Duration) (i
 		}
 		if res != redisstore.AssignNoop {
 			fixed++
-			s.d.Log.Warn("reconcile repaired a driver's assignment in Redis", "driver_id", c.DriverID,
+			s.d.Log.Warn("reconcile repaired a driver's assignment in Redis", logging.DriverID(c.DriverID),
 				"redis_ride", c.Redis.RideID, "redis_epoch", c.Redis.Epoch, "pg_ride", c.PG.RideID, "pg_epoch", c.PG.Epoch)
 		}
 	}

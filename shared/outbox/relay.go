@@ -22,6 +22,7 @@ import (
 
 	"github.com/flagdown/flagdown/shared/cloudevent"
 	"github.com/flagdown/flagdown/shared/internalauth"
+	"github.com/flagdown/flagdown/shared/logging"
 	"github.com/flagdown/flagdown/shared/pgstore"
 )
 
@@ -217,7 +218,7 @@ func (r *Relay) publishRows(ctx context.Context, rows []row) ([]int64, error) {
 				if err := r.publishRow(ctx, x); err != nil {
 					if ctx.Err() == nil {
 						r.log.Warn("outbox publish failed; will retry", "outbox_id", x.id, "event_id", x.eventID,
-							"type", x.typ, "ordering_key", key, "err", err)
+							"type", x.typ, logging.EventSubject(x.typ, x.subject), "ordering_key", key, "err", err)
 					}
 					mu.Lock()
 					if firstErr == nil || x.id < errID {

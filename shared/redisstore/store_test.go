@@ -683,7 +683,9 @@ func TestPositionPushDueOncePerInterval(t *testing.T) {
 	ping(t, s, "A", midtown, at, dispatch.DriverAvailable)
 	ping(t, s, "B", soho, at, dispatch.DriverAvailable)
 	assign(t, s, dispatch.Assignment{DriverID: "A", Epoch: 1, RideID: "R", RideStatus: dispatch.RideAccepted, RideVersion: 2}, redisstore.AssignApplied)
-	step := func(i int) dispatch.Point { return dispatch.Point{Lat: midtown.Lat + float64(i)*1e-5, Lng: midtown.Lng} }
+	step := func(i int) dispatch.Point {
+		return dispatch.Point{Lat: midtown.Lat + float64(i)*1e-5, Lng: midtown.Lng}
+	}
 	if got := ping(t, s, "A", step(1), at.Add(1*time.Second), "").PushRide; got != "R" {
 		t.Fatalf("first position on the ride: PushRide = %q, want R", got)
 	}

@@ -20,7 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
 	"net/http"
 	"os"
 	"os/signal"
@@ -30,6 +29,7 @@ import (
 
 	function "github.com/flagdown/flagdown"
 	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/config"
 )
 
 const defaultTimeout = 10 * time.Second
@@ -39,6 +39,13 @@ const defaultTimeout = 10 * time.Second
 const maxHeaderBytes = 64 << 10
 
 func main() {
+	// The logger of the process (shared/logging: JSON by default). A configuration that does not load
+	// is logged here and answered 503 by the function until it is fixed (app.Lazy).
+	cfg, cfgErr := config.Load()
+	log := app.NewLogger(cfg)
+	if cfgErr != nil {
+		log.Error("configuration does not load; the function answers 503 until it does", "err", cfgErr)
+	}
 	readTimeout := duration(os.Getenv("read_timeout"), defaultTimeout)
 	writeTimeout := duration(os.Getenv("write_timeout"), defaultTimeout)
 	port := os.Getenv("PORT")
@@ -83,18 +90,19 @@ func main() {
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
-	log.Printf("flagdown function listening on %s", srv.Addr)
+	log.Info("flagdown function listening", "addr", srv.Addr)
 	select {
 	case err := <-errc:
 		if !errors.Is(err, http.ErrServerClosed) {
-			log.Fatalf("listen: %v", err)
+			log.Error("listen", "err", err)
+			os.Exit(1)
 		}
 	case <-ctx.Done():
 		_ = os.Remove("/tmp/.lock")
 		sctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 		defer cancel()
 		if err := srv.Shutdown(sctx); err != nil {
-			log.Printf("shutdown: %v", err)
+			log.Error("shutdown", "err", err)
 		}
 	}
 }

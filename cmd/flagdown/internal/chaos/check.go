@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"sort"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/flagdown/flagdown/cmd/flagdown/internal/replay"
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/invariants"
+	"github.com/flagdown/flagdown/shared/logging"
 )
 
 // maxExamples is how many example ride ids the summary keeps per finding.
@@ -132,7 +132,7 @@ func (r *run) check(ctx context.Context) error {
 		}
 	}
 	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	d, err := app.Open(octx, r.cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d, err := app.Open(octx, r.cfg, logging.Discard())
 	cancel()
 	if err != nil {
 		return fmt.Errorf("chaos: open the stores for the check: %w", err)

@@ -26,8 +26,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
-
 	"github.com/flagdown/flagdown/shared/config"
 )
 
@@ -103,8 +101,12 @@ type Options struct {
 	BatchSize int
 	// CheckURL makes Run fail fast unless GET URL/readyz answers 200.
 	CheckURL bool
-	// Progress draws a progress bar over simulated time on out.
+	// Progress shows how far the replay is on out: a progress bar over simulated time when out is a
+	// terminal, otherwise (a file, a pipe, CI) one plain line every ProgressEvery of wall time.
 	Progress bool
+	// ProgressEvery is the wall time between two progress lines when out is not a terminal; ≤ 0 means
+	// DefaultProgressEvery.
+	ProgressEvery time.Duration
 	// RunID is embedded in driver and rider ids so runs do not collide; empty picks one from the clock.
 	RunID string
 	// SpreadMinute spreads trips whose pickup time is a whole minute (the 2013 data's resolution)
@@ -580,22 +582,13 @@ func Run(ctx context.Context, opts Options, out io.Writer) (*Summary, error) {
 		}()
 	}
 
-	var bar *progressbar.ProgressBar
-	total := int64((warmup + end).Seconds())
-	if opts.Progress {
-		bar = progressbar.NewOptions64(total,
-			progressbar.OptionSetWriter(out),
-			progressbar.OptionSetDescription("simulated s"),
-			progressbar.OptionShowCount(),
-			progressbar.OptionSetElapsedTime(true),
-			progressbar.OptionSetPredictTime(true),
-			progressbar.OptionThrottle(200*time.Millisecond),
-			progressbar.OptionSetWidth(30),
-		)
-	}
-
+	total := warmup + end
 	wallStart := time.Now()
 	s.origin = wallStart.Add(time.Duration(float64(warmup) / opts.Speedup))
+	var prog *progress
+	if opts.Progress {
+		prog = newProgress(out, total, opts.ProgressEvery, wallStart)
+	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	nextTrip := 0
 	interrupted := false
@@ -620,8 +613,8 @@ loop:
 			heap.Pop(&s.events).(event).fn()
 		}
 		s.pingDue(t)
-		if bar != nil {
-			_ = bar.Set64(min(total, int64((t + warmup).Seconds())))
+		if prog != nil {
+			prog.update(time.Now(), t+warmup, s.progressCounts)
 		}
 	}
 	tick.Stop()
@@ -631,11 +624,8 @@ loop:
 	wg.Wait()
 	lastRequest := time.Now() // every ping, order and action has been answered
 	s.drainInbox()
-	if bar != nil {
-		if !interrupted {
-			_ = bar.Finish()
-		}
-		fmt.Fprintln(out)
+	if prog != nil {
+		prog.finish(time.Now(), !interrupted, s.progressCounts)
 	}
 
 	if !interrupted {
@@ -983,6 +973,20 @@ func (s *sim) transition(d *driver, action string, attempt int) {
 			s.rideEnded(d)
 		})
 	})
+}
+
+// progressCounts are the rides created so far and those whose latest accept stuck so far.
+func (s *sim) progressCounts() progressCounts {
+	var c progressCounts
+	for _, r := range s.rides {
+		if r.requested {
+			c.rides++
+			if r.matched() {
+				c.matched++
+			}
+		}
+	}
+	return c
 }
 
 // requestedCount is how many rides this replay created.

@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/invariants"
+	"github.com/flagdown/flagdown/shared/logging"
 )
 
 // VerifySettle is how long, beyond Options.VerifyGrace, the replay waits after its last request
@@ -61,7 +61,7 @@ func verifyInto(ctx context.Context, o Options, sum *Summary, out io.Writer) err
 	fmt.Fprintf(out, "checking the invariants in PostgreSQL schema %s and Redis prefix %q (grace %s)…\n",
 		schema, cfg.RedisPrefix, o.VerifyGrace)
 	openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	d, err := app.Open(openCtx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d, err := app.Open(openCtx, cfg, logging.Discard())
 	cancel()
 	if err != nil {
 		return fail(err)
