@@ -26,6 +26,7 @@ import (
 	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/outbox"
 	"github.com/flagdown/flagdown/shared/pgstore"
+	"github.com/flagdown/flagdown/shared/push"
 )
 
 func newDevCmd() *cobra.Command {
@@ -47,7 +48,7 @@ flagdown token command that mints tokens for it. The relay and the expiry source
 authorizes its calls with FLAGDOWN_INTERNAL_SECRET, a random one for the run when it is unset.
 It also runs a local AWS API Gateway WebSocket API: phones connect to ws://<addr>/ws, functions push
 through its management API at http://<addr>/local/@connections/ (FLAGDOWN_PUSH_ENDPOINT when unset),
-signed with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (a random pair, exported, when unset), and its
+signed with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (a random pair for the run when unset), and its
 routes call the notify function's /function/notify/{connect,message,disconnect}. Stops gracefully on
 SIGINT/SIGTERM.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -158,12 +159,14 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 		return nil, fmt.Errorf("gateway: listen on %s: %w", cfg.Addr, err)
 	}
 	mux := http.NewServeMux()
-	if p.push, err = startPushGateway(cfg, p.Addr(), keys, mux, log); err != nil {
+	var pushClient *push.Management
+	if p.push, pushClient, err = startPushGateway(cfg, p.Addr(), keys, mux, log); err != nil {
 		return nil, err
 	}
 	if p.deps, err = app.Open(ctx, cfg, log); err != nil {
 		return nil, err
 	}
+	p.deps.PushManagement = pushClient
 	if err := p.deps.DB.Migrate(ctx); err != nil {
 		return nil, err
 	}

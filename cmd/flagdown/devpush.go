@@ -9,13 +9,16 @@ import (
 	"net/http"
 	"os"
 
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
 	"github.com/flagdown/flagdown/cmd/flagdown/internal/wsgateway"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/internalauth"
+	"github.com/flagdown/flagdown/shared/push"
 )
 
 // defaultLocalRegion is the AWS region of flagdown dev's local WebSocket gateway when AWS_REGION
-// is unset (it is then exported, so the functions' SDK signs for it too).
+// is unset.
 const defaultLocalRegion = "us-east-1"
 
 // notifyIntegration is the gateway path of the notify function's integration route (connect,
@@ -27,34 +30,26 @@ func notifyIntegration(addr, route string) string {
 
 // startPushGateway builds flagdown dev's local API Gateway WebSocket API and mounts it on mux:
 // the client endpoint at GET /ws and the management API at /local/@connections/. It points
-// cfg.PushEndpoint at it when unset, and makes sure the process environment holds the region and
-// the access key pair the in-process functions sign with (push.ManagementFromEnv reads them) and
-// the gateway verifies: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY when set, else a random pair
-// for the run, exported.
-func startPushGateway(cfg *config.Config, addr string, keys *internalauth.Keys, mux *http.ServeMux, log *slog.Logger) (*wsgateway.Gateway, error) {
+// cfg.PushEndpoint at it when unset. The gateway verifies management requests signed with
+// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY for AWS_REGION when those are set, else with a random
+// key pair for the run in us-east-1; it returns the management client the in-process functions
+// push with (the same aws-sdk-go-v2-signed client as in AWS, given that pair instead of the
+// credential chain, so several platforms in one process never share credentials through the
+// environment), or nil when FLAGDOWN_PUSH_ENDPOINT names another endpoint.
+func startPushGateway(cfg *config.Config, addr string, keys *internalauth.Keys, mux *http.ServeMux, log *slog.Logger) (*wsgateway.Gateway, *push.Management, error) {
 	region := os.Getenv("AWS_REGION")
 	if region == "" {
 		region = defaultLocalRegion
-		if err := os.Setenv("AWS_REGION", region); err != nil {
-			return nil, fmt.Errorf("push gateway: %w", err)
-		}
-		log.Info("push: no AWS_REGION set: the local WebSocket gateway uses " + region + " (exported to AWS_REGION)")
 	}
 	keyID, secret := os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
 	if keyID != "" && secret != "" {
-		log.Info("push: the local WebSocket gateway accepts management requests signed with AWS_ACCESS_KEY_ID", "access_key_id", keyID)
+		log.Info("push: the local WebSocket gateway accepts management requests signed with AWS_ACCESS_KEY_ID", "access_key_id", keyID, "region", region)
 	} else {
 		var err error
 		if keyID, secret, err = randomAccessKey(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if err := os.Setenv("AWS_ACCESS_KEY_ID", keyID); err != nil {
-			return nil, fmt.Errorf("push gateway: %w", err)
-		}
-		if err := os.Setenv("AWS_SECRET_ACCESS_KEY", secret); err != nil {
-			return nil, fmt.Errorf("push gateway: %w", err)
-		}
-		log.Info("push: no AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY set: generated a key pair for this run, exported to the process environment, that the local WebSocket gateway verifies", "access_key_id", keyID)
+		log.Info("push: no AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY set: the local WebSocket gateway and the functions share a key pair generated for this run", "access_key_id", keyID, "region", region)
 	}
 	gw, err := wsgateway.New(wsgateway.Options{
 		Region: region, AccessKeyID: keyID, SecretAccessKey: secret,
@@ -65,18 +60,24 @@ func startPushGateway(cfg *config.Config, addr string, keys *internalauth.Keys, 
 		Log:           log,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mux.Handle("GET /ws", gw.ClientHandler())
 	mux.Handle("/"+gw.Stage()+"/@connections/", gw.ManagementHandler())
 	local := "http://" + addr + "/" + gw.Stage()
-	if cfg.PushEndpoint == "" {
-		cfg.PushEndpoint = local
-		log.Info("push: FLAGDOWN_PUSH_ENDPOINT unset: functions push through the local WebSocket gateway", "endpoint", local, "clients", "ws://"+addr+"/ws")
-	} else if cfg.PushEndpoint != local {
+	if cfg.PushEndpoint != "" && cfg.PushEndpoint != local {
 		log.Info("push: FLAGDOWN_PUSH_ENDPOINT is set: functions push there, not to the local WebSocket gateway", "endpoint", cfg.PushEndpoint)
+		return gw, nil, nil
 	}
-	return gw, nil
+	cfg.PushEndpoint = local
+	log.Info("push: functions push through the local WebSocket gateway", "endpoint", local, "clients", "ws://"+addr+"/ws")
+	m, err := push.NewManagement(local, region, credentials.NewStaticCredentialsProvider(keyID, secret, ""),
+		&http.Client{Timeout: push.DefaultHTTPTimeout})
+	if err != nil {
+		_ = gw.Close()
+		return nil, nil, err
+	}
+	return gw, m, nil
 }
 
 // randomAccessKey returns an access key id shaped like AWS's (AKIA and 16 base32 characters) and a

@@ -11,8 +11,8 @@ import (
 )
 
 // TestDevPlatformServesTheWebSocketGateway: flagdown dev points FLAGDOWN_PUSH_ENDPOINT at its own
-// management API, the functions' client (push.ManagementFromEnv, credentials from the environment
-// flagdown dev exported or was given) is accepted by it, unsigned calls are not, and a client
+// management API, the functions' client (signed with the key pair flagdown dev was given or
+// generated) is accepted by it, unsigned calls are not, and a client
 // socket reaches the connect integration, which decides.
 func TestDevPlatformServesTheWebSocketGateway(t *testing.T) {
 	p := startTestPlatform(t)
@@ -21,9 +21,9 @@ func TestDevPlatformServesTheWebSocketGateway(t *testing.T) {
 		t.Fatalf("PushEndpoint = %q, want %q", cfg.PushEndpoint, want)
 	}
 	ctx := context.Background()
-	m, err := push.ManagementFromEnv(ctx, cfg.PushEndpoint)
-	if err != nil {
-		t.Fatal(err)
+	m := p.deps.PushManagement
+	if m == nil || m.Endpoint() != cfg.PushEndpoint {
+		t.Fatalf("the functions' management client is %v, want one for %s", m, cfg.PushEndpoint)
 	}
 	if _, err := m.GetConnection(ctx, "NoSuchConnectio="); !push.IsGone(err) {
 		t.Errorf("signed GET of an unknown connection: %v, want 410 GoneException", err)

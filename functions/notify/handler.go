@@ -62,7 +62,7 @@ const (
 	OutcomeNoConnection = "no_connection"
 	// OutcomeStale: the event is past being useful (an offer whose window already closed).
 	OutcomeStale = "stale"
-	// OutcomeOff: push is not configured (FLAGDOWN_PUSH_ENDPOINT empty).
+	// OutcomeOff: push is not configured (neither FLAGDOWN_PUSH_ENDPOINT nor SNS).
 	OutcomeOff = "push_off"
 )
 
@@ -259,7 +259,7 @@ func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
 	if err := dispatch.ValidateRideID("subject", e.Subject()); err != nil {
 		return "", err
 	}
-	if !f.p.Enabled() {
+	if !f.p.Enabled() && !f.p.MobileEnabled() {
 		return OutcomeOff, nil
 	}
 	ds, err := f.route(ctx, e)

@@ -45,6 +45,13 @@ type Deps struct {
 	pusher       *push.Pusher
 	snsOnce      sync.Once
 	sns          *push.SNS
+	// PushManagement, when set before the first Push call, is the management API client Push
+	// uses instead of building one for FLAGDOWN_PUSH_ENDPOINT from the AWS credential chain
+	// (flagdown dev hands its local gateway's).
+	PushManagement *push.Management
+	// PushSNS, when set before the first SNS call, is the mobile push fallback SNS returns instead
+	// of building one from FLAGDOWN_SNS_* and the AWS credential chain.
+	PushSNS *push.SNS
 }
 
 // SNS returns the process's mobile push fallback (push.NewSNS over FLAGDOWN_SNS_*), built once; it
@@ -52,6 +59,10 @@ type Deps struct {
 // cannot be loaded (logged).
 func (d *Deps) SNS() *push.SNS {
 	d.snsOnce.Do(func() {
+		if d.PushSNS != nil {
+			d.sns = d.PushSNS
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		s, err := push.NewSNS(ctx, d.Config, d.DB)
@@ -72,8 +83,8 @@ func (d *Deps) SNS() *push.SNS {
 func (d *Deps) Push() *push.Pusher {
 	d.pushOnce.Do(func() {
 		reg := push.NewRegistry(d.Redis.Client(), d.Config.RedisPrefix)
-		var gw *push.Management
-		if ep := d.Config.PushEndpoint; ep != "" {
+		gw := d.PushManagement
+		if ep := d.Config.PushEndpoint; gw == nil && ep != "" {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			m, err := push.ManagementFromEnv(ctx, ep)

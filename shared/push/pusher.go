@@ -58,6 +58,9 @@ func NewPusher(reg *Registry, gw *Management, mob Mobile, log *slog.Logger) *Pus
 // Enabled reports whether messages can reach live connections (FLAGDOWN_PUSH_ENDPOINT is set).
 func (p *Pusher) Enabled() bool { return p != nil && p.gw != nil }
 
+// MobileEnabled reports whether the mobile fallback is on (SNS configured).
+func (p *Pusher) MobileEnabled() bool { return p != nil && p.mobile != nil }
+
 // Delivery counts where one message went.
 type Delivery struct {
 	// Sockets is the number of live connections that took the message.
