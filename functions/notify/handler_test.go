@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flagdown/flagdown/events"
 	devices "github.com/flagdown/flagdown/functions/devices"
 	notify "github.com/flagdown/flagdown/functions/notify"
-	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
 	"github.com/flagdown/flagdown/internal/testkit/snstest"
 	"github.com/flagdown/flagdown/shared/auth"
