@@ -166,6 +166,20 @@ func (r *Registry) Connections(ctx context.Context, u User) ([]string, error) {
 	return ids, nil
 }
 
+// Count returns how many connections are registered under the registry's prefix (a SCAN of the
+// ws:conn keys: for checks after a run, not for request paths).
+func (r *Registry) Count(ctx context.Context) (int, error) {
+	n := 0
+	iter := r.rdb.Scan(ctx, 0, r.prefix+"ws:conn:*", 1000).Iterator()
+	for iter.Next(ctx) {
+		n++
+	}
+	if err := iter.Err(); err != nil {
+		return 0, unavailable(err)
+	}
+	return n, nil
+}
+
 // SetRideRider records riderID as the rider of rideID while the ride has a driver, so a driver's
 // position can be pushed to him without reading PostgreSQL on the ping path. It lasts TTL.
 func (r *Registry) SetRideRider(ctx context.Context, rideID, riderID string) error {

@@ -101,6 +101,11 @@ type Options struct {
 	BatchSize int
 	// CheckURL makes Run fail fast unless GET URL/readyz answers 200.
 	CheckURL bool
+	// Push makes every simulated driver and rider hold a WebSocket to the platform's gateway (GET
+	// /ws, the local API Gateway of flagdown dev): drivers react to offers pushed to them instead of
+	// waiting for their next ping answer, riders receive their ride's statuses, and the summary
+	// reports offer push latency and messages lost. false keeps polling only.
+	Push bool
 	// Progress shows how far the replay is on out: a progress bar over simulated time when out is a
 	// terminal, otherwise (a file, a pipe, CI) one plain line every ProgressEvery of wall time.
 	Progress bool
@@ -155,6 +160,7 @@ func DefaultOptions() Options {
 		Drain:              2 * time.Minute,
 		BatchSize:          200,
 		CheckURL:           true,
+		Push:               true,
 		SpreadMinute:       true,
 		Progress:           true,
 		Verify:             true,
@@ -224,6 +230,9 @@ type driver struct {
 	dropDue bool
 	// ignoring is the offer he is ignoring until it vanishes from his ping answers (nil when none).
 	ignoring *ignoredOffer
+	// sock is his phone's WebSocket (Options.Push); pushed the offer ids that came on it.
+	sock   *socket
+	pushed map[string]bool
 }
 
 func (d *driver) position(t time.Duration) LatLng {
@@ -255,7 +264,16 @@ type ride struct {
 	// rematchedAfterAbandon: a different driver accepted it after an abandonment.
 	rematchedAfterAbandon bool
 	ignored               []*ignoredOffer // offers of it that a driver ignored
-	final                 *RideView       // end-of-run GET /function/ride/{id}; nil when not fetched
+	// createdWall is when order-create answered (wall); firstPushWall when the first offer of the
+	// ride arrived on a driver's socket (wall; zero when none did).
+	createdWall, firstPushWall time.Time
+	// riderSock is the rider's WebSocket while his ride is open (Options.Push); pushedStatus the
+	// statuses pushed to him, in arrival order.
+	riderSock    *socket
+	pushedStatus []string
+	// acceptExpectPush: the rider's socket was up when the accept was sent, so ACCEPTED must reach it.
+	acceptExpectPush bool
+	final            *RideView // end-of-run GET /function/ride/{id}; nil when not fetched
 }
 
 // ignoredOffer is an offer a simulated driver left unanswered (no-answer draw, or he dropped offline
@@ -382,6 +400,16 @@ type sim struct {
 	inbox   []func()
 
 	pingsTotal, pingRequests, pingsSkipped, gpsRejected, staleRejected atomic.Int64
+
+	push            pushStats
+	dialSem         chan struct{}
+	pingOffers      []pingOffer
+	offersByPush    int
+	offersByPing    int
+	positionsPushed int
+	riderSockets    sync.WaitGroup
+	lostOffers      int
+	lostStatuses    int
 
 	offersIgnored  int
 	offerTimeouts  int
@@ -545,7 +573,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (*Summary, error) {
 	s := &sim{
 		ctx: ctx, opts: opts, c: c, trips: trips, t0: trips[0].PickupTime, starts: pool,
 		rides: map[string]*ride{}, conflictReasons: map[string]int{}, httpErrors: map[string]int{},
-		jobs: make(chan func(context.Context), opts.Concurrency*4),
+		jobs: make(chan func(context.Context), opts.Concurrency*4), dialSem: make(chan struct{}, maxParallelDials),
 	}
 	starts := DrawDriverStarts(pool.Points, opts.Drivers, opts.Seed)
 	warmup := opts.PingInterval // every driver is online before the first order
@@ -561,6 +589,9 @@ func Run(ctx context.Context, opts Options, out io.Writer) (*Summary, error) {
 			fate:     newFateRand(opts.Seed, i),
 		}
 		s.drivers = append(s.drivers, d)
+		if opts.Push {
+			s.driverSocket(d, i)
+		}
 		// His shift starts at his first ping; the drop, if any, is scheduled in simulated time.
 		if after, ok := drawOffline(d.fate, opts.OfflineProbPerHour); ok && d.nextPing+after < end {
 			s.schedule(d.nextPing+after, func() { s.dropOffline(d) })
@@ -570,6 +601,16 @@ func Run(ctx context.Context, opts Options, out io.Writer) (*Summary, error) {
 	fmt.Fprintf(out, "replaying %d trips (%s .. +%g min) with %d drivers at %gx against %s (run %s)\n",
 		len(trips), s.t0.Format(time.RFC3339), opts.Minutes, opts.Drivers, opts.Speedup, opts.URL, opts.RunID)
 	fmt.Fprintf(out, "drivers start at: %s\n", pool.describe())
+
+	if opts.Push {
+		for _, d := range s.drivers {
+			select {
+			case <-d.sock.ready:
+			case <-ctx.Done():
+			}
+		}
+		fmt.Fprintf(out, "%d driver sockets open on %s\n", len(s.drivers), wsURL(opts.URL))
+	}
 
 	var wg sync.WaitGroup
 	for range opts.Concurrency {
@@ -624,6 +665,9 @@ loop:
 	wg.Wait()
 	lastRequest := time.Now() // every ping, order and action has been answered
 	s.drainInbox()
+	if opts.Push {
+		s.closeSockets()
+	}
 	if prog != nil {
 		prog.finish(time.Now(), !interrupted, s.progressCounts)
 	}
@@ -666,6 +710,14 @@ loop:
 func (s *sim) orderCreate(tr Trip) {
 	rider := fmt.Sprintf("replay-%d-%s-%d", s.opts.Seed, s.opts.RunID, tr.Row)
 	s.submit(func(ctx context.Context) {
+		var sock *socket
+		if s.opts.Push {
+			sock = s.riderSocket(rider, tr.Row)
+			select {
+			case <-sock.ready:
+			case <-ctx.Done():
+			}
+		}
 		at := s.now()
 		var (
 			id  string
@@ -683,13 +735,20 @@ func (s *sim) orderCreate(tr Trip) {
 				break
 			}
 		}
+		answered := time.Now()
 		s.post(func() {
 			var ae *APIError
+			if err != nil && sock != nil {
+				s.closeRider(&ride{riderSock: sock})
+			}
 			switch {
 			case err == nil:
 				r := s.ride(id)
 				if !r.requested {
-					r.requested, r.requestedAt = true, at
+					r.requested, r.requestedAt, r.createdWall = true, at, answered
+				}
+				if r.riderSock == nil {
+					r.riderSock = sock
 				}
 			case errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500:
 				s.ridesRejected++
@@ -784,21 +843,53 @@ func (s *sim) pingResults(ds []*driver, res []PingResult, err error) {
 			s.offerTimedOut(ig)
 			d.ignoring = nil
 		}
-		if o := r.Offer; o != nil && o.OfferID != "" && !d.seen[o.OfferID] {
-			d.seen[o.OfferID] = true
-			s.offersTotal++
-			offer := *o
-			s.offerSeen(d, offer)
-			// Every draw is made for every offer, so the streams do not depend on the outcome.
-			think := 2*time.Second + time.Duration(d.rng.Float64()*float64(6*time.Second))
-			accept := d.rng.Float64() < s.opts.AcceptProb
-			if drawNoAnswer(d.fate, s.opts.NoAnswerProb) || d.offline {
-				s.ignore(d, offer)
-				continue
-			}
-			s.schedule(s.now()+think, func() { s.decide(d, offer, accept) })
+		if o := r.Offer; o != nil && o.OfferID != "" {
+			s.offerArrived(d, *o, time.Now(), false)
 		}
 	}
+}
+
+// offerArrived handles offer o reaching d at wall time at, on his socket (viaPush) or in a ping
+// answer, whichever comes first: he answers it once.
+func (s *sim) offerArrived(d *driver, offer Offer, at time.Time, viaPush bool) {
+	if viaPush {
+		if d.pushed == nil {
+			d.pushed = map[string]bool{}
+		}
+		d.pushed[offer.OfferID] = true
+		if r := s.ride(offer.RideID); r.firstPushWall.IsZero() {
+			r.firstPushWall = at
+		}
+		if d.offline {
+			return
+		}
+	}
+	if d.seen[offer.OfferID] {
+		return
+	}
+	d.seen[offer.OfferID] = true
+	s.offersTotal++
+	if viaPush {
+		s.offersByPush++
+	} else {
+		s.offersByPing++
+		if d.sock != nil {
+			// It should have come by push too, unless his socket was down when it was made (at most
+			// one ping interval before this answer).
+			made := at.Add(-time.Duration(float64(s.opts.PingInterval)/s.opts.Speedup) - time.Second)
+			s.pingOffers = append(s.pingOffers, pingOffer{d: d, offerID: offer.OfferID, sock: d.sock,
+				downs: d.sock.downs.Load(), expected: d.sock.connectedSince(made)})
+		}
+	}
+	s.offerSeen(d, offer)
+	// Every draw is made for every offer, so the streams do not depend on the outcome.
+	think := 2*time.Second + time.Duration(d.rng.Float64()*float64(6*time.Second))
+	accept := d.rng.Float64() < s.opts.AcceptProb
+	if drawNoAnswer(d.fate, s.opts.NoAnswerProb) || d.offline {
+		s.ignore(d, offer)
+		return
+	}
+	s.schedule(s.now()+think, func() { s.decide(d, offer, accept) })
 }
 
 // offerSeen records that d saw offer o in a ping answer: the ride's distinct offered drivers, a
@@ -854,6 +945,10 @@ func (s *sim) dropOffline(d *driver) {
 	}
 	d.offline, d.dropDue = true, false
 	s.driversOffline++
+	if k := d.sock; k != nil {
+		s.riderSockets.Add(1)
+		go func() { defer s.riderSockets.Done(); k.stop() }()
+	}
 	if d.state == stToPickup {
 		now := s.now()
 		d.pos, d.leg = d.position(now), nil
@@ -901,6 +996,7 @@ func (s *sim) decide(d *driver, o Offer, accept bool) {
 		return
 	}
 	d.state = stAccepting
+	riderUp := s.ride(o.RideID).riderSock.connectedSince(time.Now())
 	s.submit(func(ctx context.Context) {
 		err := s.c.accept(ctx, o.RideID, d.id)
 		s.post(func() {
@@ -920,6 +1016,7 @@ func (s *sim) decide(d *driver, o Offer, accept bool) {
 				r.rematchedAfterAbandon = true
 			}
 			r.accepted, r.accepts, r.acceptedAt, r.acceptedBy = true, r.accepts+1, t, d.id
+			r.acceptExpectPush = r.acceptExpectPush || riderUp
 			r.acceptedExp, r.pickupDistM, r.abandoned = parseExpiry(o.ExpiresAt), o.DistanceM, false
 			if d.offline { // dropped while his accept was in flight: he never drives to it
 				d.state = stIdle
@@ -1083,6 +1180,24 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 	sum.PickupDistanceMeanM, sum.PickupDistanceP50M, sum.PickupDistanceP95M = Mean(dist), Percentile(dist, 50), Percentile(dist, 95)
 	sum.OfferLatencyCount = len(s.offerLatMs)
 	sum.OfferLatencyP50Ms, sum.OfferLatencyP99Ms = Percentile(s.offerLatMs, 50), Percentile(s.offerLatMs, 99)
+	sum.Push, sum.PushConnectionsLeft = o.Push, -1
+	if o.Push {
+		var lat []float64
+		for _, r := range s.rides {
+			if !r.createdWall.IsZero() && !r.firstPushWall.IsZero() {
+				lat = append(lat, max(0, float64(r.firstPushWall.Sub(r.createdWall))/float64(time.Millisecond)))
+			}
+		}
+		sum.OfferPushLatencyCount = len(lat)
+		sum.OfferPushLatencyP50Ms, sum.OfferPushLatencyP99Ms = Percentile(lat, 50), Percentile(lat, 99)
+		sum.OffersSeenByPush, sum.OffersSeenByPing = s.offersByPush, s.offersByPing
+		if n := s.offersByPush + s.offersByPing; n > 0 {
+			sum.OfferPushShare = float64(s.offersByPush) / float64(n)
+		}
+		sum.PushMessagesReceived, sum.DriverPositionsPushed = s.push.received.Load(), s.positionsPushed
+		sum.PushReconnects, sum.PushDialFailures = s.push.reconnects.Load(), s.push.dialFailures.Load()
+		sum.PushMessagesLost = s.lostOffers + s.lostStatuses
+	}
 	sum.MatchLatencyCount = len(s.matchLatMs)
 	sum.MatchLatencyP50Ms, sum.MatchLatencyP99Ms = Percentile(s.matchLatMs, 50), Percentile(s.matchLatMs, 99)
 	return sum

@@ -171,6 +171,39 @@ type Summary struct {
 	OfferLatencyP50Ms float64 `json:"offer_latency_p50_ms"`
 	// OfferLatencyP99Ms is the 99th percentile of the same, wall-clock ms.
 	OfferLatencyP99Ms float64 `json:"offer_latency_p99_ms"`
+	// Push is whether the simulated phones held WebSockets (Options.Push; --push).
+	Push bool `json:"push"`
+	// OfferPushLatencyCount is the number of rides behind the offer_push_latency percentiles.
+	OfferPushLatencyCount int `json:"offer_push_latency_count"`
+	// OfferPushLatencyP50Ms is the median wall-clock ms from order-create's answer to the ride's first
+	// offer message arriving on a driver's socket, measured by the replay's own clock (0 when the
+	// message came before the answer): order-create → outbox → relay → broker → match → outbox →
+	// relay → broker → notify → management API → gateway → socket.
+	OfferPushLatencyP50Ms float64 `json:"offer_push_latency_p50_ms"`
+	// OfferPushLatencyP99Ms is the 99th percentile of the same, wall-clock ms.
+	OfferPushLatencyP99Ms float64 `json:"offer_push_latency_p99_ms"`
+	// OffersSeenByPush and OffersSeenByPing count offers by how a driver first learnt of them: a
+	// message on his socket, or his next ping answer.
+	OffersSeenByPush int `json:"offers_seen_by_push"`
+	OffersSeenByPing int `json:"offers_seen_by_ping"`
+	// OfferPushShare is OffersSeenByPush / (OffersSeenByPush + OffersSeenByPing), 0..1.
+	OfferPushShare float64 `json:"offer_push_share"`
+	// PushMessagesReceived is every message the replay's sockets received.
+	PushMessagesReceived int64 `json:"push_messages_received"`
+	// DriverPositionsPushed is how many driver.position messages reached riders.
+	DriverPositionsPushed int `json:"driver_positions_pushed"`
+	// PushReconnects is how many times a socket dropped and was opened again; PushDialFailures the
+	// handshakes that failed.
+	PushReconnects   int64 `json:"push_reconnects"`
+	PushDialFailures int64 `json:"push_dial_failures"`
+	// PushMessagesLost counts what should have come by push and never did: offers a driver saw in a
+	// ping answer while his socket had been up since before they were made (and stayed up), and
+	// ACCEPTED statuses of rides whose rider's socket was up when the accept was sent. Must be 0.
+	PushMessagesLost int `json:"push_messages_lost"`
+	// PushConnectionsLeft is how many connections the platform's registry still holds after every
+	// socket closed (read with the invariant check; -1 when it did not run). Must be 0.
+	PushConnectionsLeft int `json:"push_connections_left"`
+
 	// MatchLatencyCount is the number of rides behind the match_latency percentiles.
 	MatchLatencyCount int `json:"match_latency_count"`
 	// MatchLatencyP50Ms is the median wall-clock ms from ride creation to the end of its first match
@@ -346,6 +379,12 @@ func (s *Summary) WriteTable(w io.Writer) {
 	row("time to match p50/p95/p99", "%.1f / %.1f / %.1f s simulated (n=%d)", s.TimeToMatchP50S, s.TimeToMatchP95S, s.TimeToMatchP99S, s.TimeToMatchCount)
 	row("pickup distance mean/p50/p95", "%.0f / %.0f / %.0f m (n=%d)", s.PickupDistanceMeanM, s.PickupDistanceP50M, s.PickupDistanceP95M, s.PickupDistanceCount)
 	row("offer latency p50/p99", "%.0f / %.0f ms wall (n=%d, offered at the first attempt)", s.OfferLatencyP50Ms, s.OfferLatencyP99Ms, s.OfferLatencyCount)
+	if s.Push {
+		row("offer push latency p50/p99", "%.0f / %.0f ms wall (n=%d, order-create answered → offer on the driver's socket)", s.OfferPushLatencyP50Ms, s.OfferPushLatencyP99Ms, s.OfferPushLatencyCount)
+		row("offers seen by push / ping", "%d / %d (push share %.3f)", s.OffersSeenByPush, s.OffersSeenByPing, s.OfferPushShare)
+		row("push messages / positions", "%d received, %d driver positions to riders", s.PushMessagesReceived, s.DriverPositionsPushed)
+		row("push lost / reconnects / left", "%d lost, %d reconnects (%d failed handshakes), %d connections left", s.PushMessagesLost, s.PushReconnects, s.PushDialFailures, s.PushConnectionsLeft)
+	}
 	row("match latency p50/p99", "%.0f / %.0f ms wall (n=%d, request → first match decision)", s.MatchLatencyP50Ms, s.MatchLatencyP99Ms, s.MatchLatencyCount)
 	if len(s.RideStatusCounts) > 0 {
 		row("final ride status", "%v", s.RideStatusCounts)

@@ -11,6 +11,7 @@ import (
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/invariants"
 	"github.com/flagdown/flagdown/shared/logging"
+	"github.com/flagdown/flagdown/shared/push"
 )
 
 // VerifySettle is how long, beyond Options.VerifyGrace, the replay waits after its last request
@@ -72,12 +73,24 @@ func verifyInto(ctx context.Context, o Options, sum *Summary, out io.Writer) err
 		return fail(err)
 	}
 	sum.setInvariants(rep)
+	if sum.Push {
+		n, err := push.NewRegistry(d.Redis.Client(), cfg.RedisPrefix).Count(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		sum.PushConnectionsLeft = n
+	}
 	return nil
 }
 
-// invariantsError is nil unless sum records invariant violations; then it names them.
+// invariantsError is nil unless sum records invariant violations, or (with push) lost messages or
+// connections left registered; then it names them.
 func invariantsError(sum *Summary) error {
 	if sum.VerifyViolations == 0 {
+		if sum.Push && (sum.PushMessagesLost > 0 || sum.PushConnectionsLeft > 0) {
+			return fmt.Errorf("push: %d messages lost, %d connections left registered after every socket closed (both must be 0)",
+				sum.PushMessagesLost, sum.PushConnectionsLeft)
+		}
 		return nil
 	}
 	var parts []string

@@ -1,0 +1,293 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/flagdown/flagdown/shared/auth"
+)
+
+// Push message types the replay reacts to (shared/push.MessageType; the replay reads the wire
+// format as a phone does, through the gateway only).
+const (
+	pushOffer      = "offer"
+	pushRideStatus = "ride.status"
+	pushPosition   = "driver.position"
+)
+
+// pushMsg is one message received on a socket, as a phone decodes it.
+type pushMsg struct {
+	ID   string          `json:"id"`
+	Type string          `json:"type"`
+	Data json.RawMessage `json:"data"`
+}
+
+// Reconnect back-off of a phone whose socket dropped (full jitter: a random wait in
+// [0, min(ReconnectMaxWait, ReconnectBaseWait × 2^attempt)), so that a gateway restart closing
+// every socket at once is followed by reconnects spread over seconds, not a storm).
+const (
+	// ReconnectBaseWait is the back-off of the first reconnect attempt.
+	ReconnectBaseWait = 200 * time.Millisecond
+	// ReconnectMaxWait caps the back-off.
+	ReconnectMaxWait = 10 * time.Second
+)
+
+// ReconnectDelay is the wait before reconnect attempt n (0-based) with full jitter drawn from rng.
+func ReconnectDelay(n int, rng *rand.Rand) time.Duration {
+	ceil := ReconnectMaxWait
+	if n < 20 {
+		ceil = min(ReconnectMaxWait, ReconnectBaseWait<<n)
+	}
+	return time.Duration(rng.Int64N(int64(ceil) + 1))
+}
+
+// socket is one simulated phone's WebSocket connection to the platform's gateway (GET /ws), kept
+// open (reconnecting with ReconnectDelay) until stop. Every message is handed to onMsg with the wall
+// time it arrived, from the socket's goroutine.
+type socket struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	conn   *websocket.Conn
+	// up is true while connected; downs counts disconnections (reconnect attempts follow each).
+	up    atomic.Bool
+	downs atomic.Int64
+	since atomic.Int64 // unix nanoseconds of the current connection's start
+	ready chan struct{}
+}
+
+// maxParallelDials bounds the socket handshakes in flight at once (each runs the platform's
+// connect integration).
+const maxParallelDials = 32
+
+// pushSettle is how long the replay waits after its last request for pushes still on their way
+// before it counts what was lost.
+const pushSettle = 2 * time.Second
+
+// closeSockets waits pushSettle for pushes in flight, counts what was lost, then closes every
+// socket (drivers' and riders') and waits for them.
+func (s *sim) closeSockets() {
+	time.Sleep(pushSettle)
+	s.drainInbox()
+	s.lostOffers, s.lostStatuses = s.pushOutcome()
+	var wg sync.WaitGroup
+	for _, d := range s.drivers {
+		if k := d.sock; k != nil && !d.offline {
+			wg.Add(1)
+			go func() { defer wg.Done(); k.stop() }()
+		}
+	}
+	for _, r := range s.rides {
+		s.closeRider(r)
+	}
+	wg.Wait()
+	s.riderSockets.Wait()
+	s.drainInbox()
+}
+
+// pushStats are the counters every socket of a replay shares.
+type pushStats struct {
+	reconnects, dialFailures, received atomic.Int64
+}
+
+// wsURL is the gateway's WebSocket endpoint of base (http://host:port → ws://host:port/ws).
+func wsURL(base string) string {
+	if strings.HasPrefix(base, "https://") {
+		return "wss://" + strings.TrimPrefix(base, "https://") + "/ws"
+	}
+	return "ws://" + strings.TrimPrefix(base, "http://") + "/ws"
+}
+
+// openSocket starts the socket of role/sub. The first connection's outcome closes ready (connected,
+// or given up when ctx ends).
+func (s *sim) openSocket(role auth.Role, sub string, seed uint64, onMsg func(pushMsg, time.Time)) *socket {
+	ctx, cancel := context.WithCancel(s.ctx)
+	k := &socket{cancel: cancel, done: make(chan struct{}), ready: make(chan struct{})}
+	hdr := http.Header{}
+	for h, v := range s.c.tokens.header(role, sub) {
+		hdr.Set(h, v)
+	}
+	url := wsURL(s.opts.URL)
+	rng := rand.New(rand.NewPCG(s.opts.Seed, seed))
+	go func() {
+		defer close(k.done)
+		readyOnce := sync.OnceFunc(func() { close(k.ready) })
+		defer readyOnce()
+		for attempt := 0; ctx.Err() == nil; {
+			select {
+			case s.dialSem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+			c, _, err := websocket.Dial(dctx, url, &websocket.DialOptions{HTTPHeader: hdr, HTTPClient: s.c.http})
+			dcancel()
+			<-s.dialSem
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				s.push.dialFailures.Add(1)
+				attempt++
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(ReconnectDelay(attempt, rng)):
+				}
+				continue
+			}
+			c.SetReadLimit(128 << 10)
+			k.mu.Lock()
+			k.conn = c
+			k.mu.Unlock()
+			k.since.Store(time.Now().UnixNano())
+			k.up.Store(true)
+			readyOnce()
+			// After every connect: ask for the current state (what was pushed while the socket was down).
+			_ = c.Write(ctx, websocket.MessageText, []byte(`{"action":"sync"}`))
+			attempt = 0
+			for {
+				_, b, err := c.Read(ctx)
+				if err != nil {
+					break
+				}
+				at := time.Now()
+				s.push.received.Add(1)
+				var m pushMsg
+				if json.Unmarshal(b, &m) == nil {
+					onMsg(m, at)
+				}
+			}
+			k.up.Store(false)
+			k.downs.Add(1)
+			_ = c.CloseNow()
+			if ctx.Err() != nil {
+				return
+			}
+			s.push.reconnects.Add(1)
+			attempt++
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(ReconnectDelay(attempt, rng)):
+			}
+		}
+	}()
+	return k
+}
+
+// connectedSince reports whether the socket has been up without a break since before t.
+func (k *socket) connectedSince(t time.Time) bool {
+	return k != nil && k.up.Load() && time.Unix(0, k.since.Load()).Before(t)
+}
+
+// stop closes the socket (a normal closure, so the gateway runs $disconnect) and waits for its
+// goroutine.
+func (k *socket) stop() {
+	if k == nil {
+		return
+	}
+	k.mu.Lock()
+	c := k.conn
+	k.mu.Unlock()
+	if c != nil {
+		_ = c.Close(websocket.StatusNormalClosure, "replay done")
+	}
+	k.cancel()
+	<-k.done
+}
+
+// driverSocket opens d's socket: offers pushed to him are handled like offers seen in a ping
+// answer, whichever comes first.
+func (s *sim) driverSocket(d *driver, i int) {
+	d.sock = s.openSocket(auth.RoleDriver, d.id, uint64(i)+1<<32, func(m pushMsg, at time.Time) {
+		if m.Type != pushOffer {
+			return
+		}
+		var o Offer
+		if json.Unmarshal(m.Data, &o) != nil || o.OfferID == "" {
+			return
+		}
+		s.post(func() { s.offerArrived(d, o, at, true) })
+	})
+}
+
+// riderSocket opens the socket of the rider of a trip, before his order-create; statuses pushed
+// to him are recorded on his ride.
+func (s *sim) riderSocket(rider string, row int) *socket {
+	return s.openSocket(auth.RoleRider, rider, uint64(row)+2<<32, func(m pushMsg, at time.Time) {
+		var d struct {
+			RideID string `json:"ride_id"`
+			Status string `json:"status"`
+		}
+		if json.Unmarshal(m.Data, &d) != nil || d.RideID == "" {
+			return
+		}
+		s.post(func() {
+			r := s.ride(d.RideID)
+			switch m.Type {
+			case pushRideStatus:
+				r.pushedStatus = append(r.pushedStatus, d.Status)
+				if d.Status == "COMPLETED" || d.Status == "UNMATCHED" || d.Status == "CANCELLED" {
+					s.closeRider(r)
+				}
+			case pushPosition:
+				s.positionsPushed++
+			}
+		})
+	})
+}
+
+// closeRider closes the socket of r's rider once his ride is over (in the background: the scheduler
+// never waits on a socket).
+func (s *sim) closeRider(r *ride) {
+	if k := r.riderSock; k != nil {
+		r.riderSock = nil
+		s.riderSockets.Add(1)
+		go func() { defer s.riderSockets.Done(); k.stop() }()
+	}
+}
+
+// pushOutcome checks, at the end of a run, what should have come by push and did not: an offer
+// seen in a ping answer by a driver whose socket was up since well before the offer was made and
+// stayed up, and never arrived on it; an accept whose rider's socket was up since before it and
+// who never got the ACCEPTED status.
+func (s *sim) pushOutcome() (lostOffers, lostStatuses int) {
+	for _, po := range s.pingOffers {
+		if po.expected && po.sock.downs.Load() == po.downs && !po.d.pushed[po.offerID] {
+			lostOffers++
+		}
+	}
+	for _, r := range s.rides {
+		if !r.acceptExpectPush {
+			continue
+		}
+		got := false
+		for _, st := range r.pushedStatus {
+			if st == "ACCEPTED" {
+				got = true
+			}
+		}
+		if !got {
+			lostStatuses++
+		}
+	}
+	return lostOffers, lostStatuses
+}
+
+// pingOffer is an offer a driver saw first in a ping answer.
+type pingOffer struct {
+	d        *driver
+	offerID  string
+	sock     *socket
+	downs    int64
+	expected bool // his socket was up since well before the offer was made
+}
