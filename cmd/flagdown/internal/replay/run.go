@@ -1184,7 +1184,11 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 	if o.Push {
 		var lat []float64
 		for _, r := range s.rides {
-			if !r.createdWall.IsZero() && !r.firstPushWall.IsZero() {
+			// As offer_latency: rides offered at their first match attempt (the final GET says), so
+			// a ride that waited for a driver to come free does not count its wait as push latency.
+			f := r.final
+			first := f != nil && f.FirstOfferedAt != nil && f.FirstMatchAt != nil && f.FirstOfferedAt.Equal(*f.FirstMatchAt)
+			if first && !r.createdWall.IsZero() && !r.firstPushWall.IsZero() {
 				lat = append(lat, max(0, float64(r.firstPushWall.Sub(r.createdWall))/float64(time.Millisecond)))
 			}
 		}

@@ -177,7 +177,8 @@ type Summary struct {
 	OfferPushLatencyCount int `json:"offer_push_latency_count"`
 	// OfferPushLatencyP50Ms is the median wall-clock ms from order-create's answer to the ride's first
 	// offer message arriving on a driver's socket, measured by the replay's own clock (0 when the
-	// message came before the answer): order-create → outbox → relay → broker → match → outbox →
+	// message came before the answer), over the rides offered at their first match attempt (as
+	// offer_latency): order-create → outbox → relay → broker → match → outbox →
 	// relay → broker → notify → management API → gateway → socket.
 	OfferPushLatencyP50Ms float64 `json:"offer_push_latency_p50_ms"`
 	// OfferPushLatencyP99Ms is the 99th percentile of the same, wall-clock ms.
@@ -380,7 +381,7 @@ func (s *Summary) WriteTable(w io.Writer) {
 	row("pickup distance mean/p50/p95", "%.0f / %.0f / %.0f m (n=%d)", s.PickupDistanceMeanM, s.PickupDistanceP50M, s.PickupDistanceP95M, s.PickupDistanceCount)
 	row("offer latency p50/p99", "%.0f / %.0f ms wall (n=%d, offered at the first attempt)", s.OfferLatencyP50Ms, s.OfferLatencyP99Ms, s.OfferLatencyCount)
 	if s.Push {
-		row("offer push latency p50/p99", "%.0f / %.0f ms wall (n=%d, order-create answered → offer on the driver's socket)", s.OfferPushLatencyP50Ms, s.OfferPushLatencyP99Ms, s.OfferPushLatencyCount)
+		row("offer push latency p50/p99", "%.0f / %.0f ms wall (n=%d, order-create answered → offer on the driver's socket, offered at the first attempt)", s.OfferPushLatencyP50Ms, s.OfferPushLatencyP99Ms, s.OfferPushLatencyCount)
 		row("offers seen by push / ping", "%d / %d (push share %.3f)", s.OffersSeenByPush, s.OffersSeenByPing, s.OfferPushShare)
 		row("push messages / positions", "%d received, %d driver positions to riders", s.PushMessagesReceived, s.DriverPositionsPushed)
 		row("push lost / reconnects / left", "%d lost, %d reconnects (%d failed handshakes), %d connections left", s.PushMessagesLost, s.PushReconnects, s.PushDialFailures, s.PushConnectionsLeft)
