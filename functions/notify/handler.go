@@ -45,11 +45,11 @@ import (
 // Triggers are the event types this function pushes.
 var Triggers = events.TypesFor("notify")
 
-// HeaderConnectionID carries the gateway's connection id on its integration calls.
-const HeaderConnectionID = "X-Flagdown-Connection-Id"
-
-// HeaderClientToken carries the client's bearer token on the $connect integration call.
-const HeaderClientToken = "X-Flagdown-Client-Token"
+// HeaderConnectionID and HeaderClientToken are the gateway integration headers (shared/push).
+const (
+	HeaderConnectionID = push.HeaderConnectionID
+	HeaderClientToken  = push.HeaderClientToken
+)
 
 // MaxMessageBytes is the largest client message the $default route reads.
 const MaxMessageBytes = 4 << 10

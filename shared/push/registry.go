@@ -34,6 +34,16 @@ const ConnectionTTL = 2*time.Hour + 10*time.Minute
 // one more evicts his oldest, which Register returns so the caller can close it.
 const MaxConnectionsPerUser = 5
 
+// The headers of the gateway's integration calls to the notify function (API Gateway request
+// parameter mappings in production, flagdown dev's local gateway here), besides the internal
+// Authorization: Bearer <internal secret>.
+const (
+	// HeaderConnectionID carries the gateway's connection id (context.connectionId) on every call.
+	HeaderConnectionID = "X-Flagdown-Connection-Id"
+	// HeaderClientToken carries the phone's bearer token on the $connect call.
+	HeaderClientToken = "X-Flagdown-Client-Token"
+)
+
 // MaxConnectionIDLen is the longest connection id accepted (API Gateway's are 16 characters).
 const MaxConnectionIDLen = 128
 

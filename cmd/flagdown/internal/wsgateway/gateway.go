@@ -35,12 +35,13 @@ import (
 	"github.com/flagdown/flagdown/shared/push"
 )
 
-// Integration request headers (besides the internal Authorization).
+// Integration request headers (besides the internal Authorization): the wire contract of the
+// notify function's gateway routes, owned by shared/push.
 const (
 	// HeaderConnectionID carries the connection id on every integration call.
-	HeaderConnectionID = "X-Flagdown-Connection-Id"
+	HeaderConnectionID = push.HeaderConnectionID
 	// HeaderClientToken carries the client's JWT on the connect call (empty when it sent none).
-	HeaderClientToken = "X-Flagdown-Client-Token"
+	HeaderClientToken = push.HeaderClientToken
 )
 
 // Defaults of Options, API Gateway's WebSocket quotas where it has one.
