@@ -62,6 +62,8 @@ type socket struct {
 	downs atomic.Int64
 	since atomic.Int64 // unix nanoseconds of the current connection's start
 	ready chan struct{}
+	// stopping is set by stop before it closes the socket: the close that follows is not a drop.
+	stopping atomic.Bool
 }
 
 // maxParallelDials bounds the socket handshakes in flight at once (each runs the platform's
@@ -167,11 +169,11 @@ func (s *sim) openSocket(role auth.Role, sub string, seed uint64, onMsg func(pus
 				}
 			}
 			k.up.Store(false)
-			k.downs.Add(1)
 			_ = c.CloseNow()
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || k.stopping.Load() {
 				return
 			}
+			k.downs.Add(1)
 			s.push.reconnects.Add(1)
 			attempt++
 			select {
@@ -195,6 +197,7 @@ func (k *socket) stop() {
 	if k == nil {
 		return
 	}
+	k.stopping.Store(true)
 	k.mu.Lock()
 	c := k.conn
 	k.mu.Unlock()
