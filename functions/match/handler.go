@@ -86,7 +86,21 @@ func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
 		return "", err
 	}
 	ref := &lifecycle.EventRef{Consumer: Consumer, Source: e.Source(), ID: e.ID()}
-	return f.lc.Match(ctx, e.Subject(), ref, f.pick)
+	var live *dispatch.LiveOffer
+	var driverID string
+	pick := func(ctx context.Context, ride *dispatch.Ride, excluded map[string]bool, win lifecycle.Window) (*dispatch.Offer, string, error) {
+		o, note, err := f.pick(ctx, ride, excluded, win)
+		if o != nil {
+			live, driverID = &dispatch.LiveOffer{OfferID: o.ID, RideID: ride.ID, Pickup: ride.Pickup, Dropoff: ride.Dropoff,
+				DistanceM: o.DistanceM, ExpiresAt: win.ExpiresAt.UTC()}, o.DriverID
+		}
+		return o, note, err
+	}
+	outcome, err := f.lc.Match(ctx, e.Subject(), ref, pick)
+	if err == nil && outcome == OutcomeOffered && live != nil {
+		f.pushOffer(ctx, *live, driverID)
+	}
+	return outcome, err
 }
 
 // pick searches candidates by expanding radius and locks the best one it can (the offer-lock
