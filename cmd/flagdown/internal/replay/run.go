@@ -70,7 +70,7 @@ type Options struct {
 	Minutes float64
 	// SkipMinutes is how many simulated minutes of the file, from its first pickup, the window skips
 	// (≥ 0). The trips of those minutes are not replayed; the dropoffs of those that ended before the
-	// window opens place the drivers (StartsDropoffsBefore). DefaultOptions: 10.
+	// window opens place the drivers (StartsDropoffsBefore). DefaultOptions: DefaultSkipMinutes.
 	SkipMinutes float64
 	// MatchMode names the platform's matching mode (FLAGDOWN_MATCH_MODE: "greedy" or "batch") for
 	// the summary. The replay cannot observe it: it is what the replay was told the platform runs
