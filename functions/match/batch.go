@@ -1,0 +1,209 @@
+package function
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/flagdown/flagdown/events"
+	"github.com/flagdown/flagdown/shared/cloudevent"
+	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/lifecycle"
+)
+
+// BatchReport counts what one batch window run did with its rides.
+type BatchReport struct {
+	// Rides is how many rides the window claimed; Open how many of them could still be offered
+	// (REQUESTED without a live offer when the run read them).
+	Rides, Open int
+	// Assigned is how many rides the assignment (dispatch.Assign) gave a driver.
+	Assigned int
+	// Offered, NoDriver, Deferred, Unmatched, NotNeeded and Duplicate count the outcomes of the
+	// rides' changes (lifecycle.Match*): Offered includes rides that fell back to another candidate
+	// after losing their assigned driver's lock; Deferred rides wait for the next window.
+	Offered, NoDriver, Deferred, Unmatched, NotNeeded, Duplicate int
+	// AssignedCostM is the total score of the assigned pairs (metres-equivalent, dispatch.Score).
+	AssignedCostM float64
+}
+
+// String is the report as the event's outcome.
+func (r BatchReport) String() string {
+	return fmt.Sprintf("batch: %d rides (%d open, %d assigned): %d offered, %d no driver, %d deferred, %d unmatched, %d not needed, %d duplicate",
+		r.Rides, r.Open, r.Assigned, r.Offered, r.NoDriver, r.Deferred, r.Unmatched, r.NotNeeded, r.Duplicate)
+}
+
+// RunBatch runs the window a match.batch.due event names (see Batch for the steps) and answers its
+// report as the outcome; OutcomeDuplicate when the window was run already.
+func (f *Function) RunBatch(ctx context.Context, e event.Event) (string, error) {
+	var data events.MatchBatchDueData
+	if err := cloudevent.DecodeData(e, &data); err != nil {
+		return "", err
+	}
+	if data.Batch == "" || data.Batch != e.Subject() {
+		return "", dispatch.Invalid("data.batch", "must equal the event subject")
+	}
+	if data.DeadlineMs <= 0 {
+		return "", dispatch.Invalid("data.deadline_ms", "must be > 0")
+	}
+	ref := &lifecycle.EventRef{Consumer: Consumer, Source: e.Source(), ID: e.ID()}
+	rep, dup, err := f.Batch(ctx, data.Batch, data.DeadlineMs, ref)
+	if dup {
+		return OutcomeDuplicate, err
+	}
+	return rep.String(), err
+}
+
+// Batch runs the window of batch name that closed at deadlineMs, triggered by ev:
+//
+//  1. claims the window's rides (lifecycle.ClaimBatch: once per window; dup true when it was run);
+//  2. reads those still to match (REQUESTED, no live offer) and finds each one's candidates with the
+//     greedy search (expanding radius until FLAGDOWN_MIN_CANDIDATES eligible drivers, drivers
+//     already offered the ride excluded), without locking anyone;
+//  3. builds the rides × drivers cost matrix from dispatch.Score (dispatch.BatchCosts; a driver who
+//     is no candidate of a ride is a forbidden pair) and solves it with dispatch.Assign: the most
+//     rides served and, among those assignments, the least total score;
+//  4. offers each assigned ride its driver as greedy does, through lifecycle.Service.Match under the
+//     offer lock; a ride whose driver's lock is lost (another offer, he went away) falls back to its
+//     next-best candidate that the window gave to no other ride, and with none left counts a failed
+//     attempt (retry timer, or UNMATCHED past the retry budget) like greedy;
+//  5. a ride without any candidate counts a failed attempt the same way (retry timer with backoff
+//     and a wider radius, whose ride.retry puts it back into the batch);
+//  6. a ride that had candidates but was assigned none waits for the next window
+//     (lifecycle.DeferToNextWindow: re-joins the batch, UNMATCHED past the retry budget);
+//  7. marks the window done.
+//
+// Every ride's change is idempotent per (window, ride) (lifecycle.RideEvent), so a run that died
+// half-way is finished by the redelivery of ev and no ride is offered twice by one window. A failed
+// change does not stop the others; the first error is returned (and the event redelivered).
+func (f *Function) Batch(ctx context.Context, name string, deadlineMs int64, ev *lifecycle.EventRef) (rep BatchReport, dup bool, err error) {
+	claim, err := f.lc.ClaimBatch(ctx, name, deadlineMs, ev)
+	if err != nil {
+		return rep, false, err
+	}
+	if claim.Done {
+		return rep, true, nil
+	}
+	rep.Rides = len(claim.RideIDs)
+	rides, offered, err := f.lc.RidesToMatch(ctx, claim.RideIDs)
+	if err != nil {
+		return rep, false, err
+	}
+	rep.Open = len(rides)
+	cands := make([][]dispatch.Candidate, len(rides))
+	notes := make([]string, len(rides))
+	for i, ride := range rides {
+		if cands[i], notes[i], err = f.candidates(ctx, ride, offered[ride.ID]); err != nil {
+			return rep, false, err
+		}
+	}
+	cost, drivers := dispatch.BatchCosts(f.score, cands)
+	asg := dispatch.Assign(cost)
+	rep.Assigned, rep.AssignedCostM = asg.Assigned, asg.Cost
+	givenTo := map[string]int{} // driver id → the ride index the assignment gave him
+	for i, j := range asg.DriverOf {
+		if j >= 0 {
+			givenTo[drivers[j]] = i
+		}
+	}
+	var errs []error
+	count := func(out string, err error) {
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		switch out {
+		case lifecycle.MatchOffered:
+			rep.Offered++
+		case lifecycle.MatchNoDriver:
+			rep.NoDriver++
+		case lifecycle.MatchDeferred:
+			rep.Deferred++
+		case lifecycle.MatchUnmatched:
+			rep.Unmatched++
+		case lifecycle.MatchDuplicate:
+			rep.Duplicate++
+		default:
+			rep.NotNeeded++
+		}
+	}
+	// Assigned rides first, so that nobody else's fallback takes a driver the assignment gave them.
+	for i, ride := range rides {
+		if j := asg.DriverOf[i]; j >= 0 {
+			count(f.lc.Match(ctx, ride.ID, lifecycle.RideEvent(ev, ride.ID), f.assignedPick(i, drivers[j], cands[i], givenTo)))
+		}
+	}
+	for i, ride := range rides {
+		switch {
+		case asg.DriverOf[i] >= 0:
+		case len(cands[i]) == 0:
+			note := notes[i]
+			count(f.lc.Match(ctx, ride.ID, lifecycle.RideEvent(ev, ride.ID),
+				func(context.Context, *dispatch.Ride, map[string]bool, lifecycle.Window) (*dispatch.Offer, string, error) {
+					return nil, note, nil
+				}))
+		default:
+			note := fmt.Sprintf("batch: all %d candidates went to other rides of the window; next window", len(cands[i]))
+			count(f.lc.DeferToNextWindow(ctx, ride.ID, note, lifecycle.RideEvent(ev, ride.ID)))
+		}
+	}
+	if len(errs) > 0 {
+		return rep, false, errors.Join(errs...)
+	}
+	return rep, false, f.lc.FinishBatch(ctx, name, deadlineMs)
+}
+
+// assignedPick is the lifecycle.Pick of ride index i of a batch: its assigned driver first, then its
+// other candidates in score order that the window gave to no other ride, each under the offer lock
+// exactly as greedy takes it (lockCandidate); drivers PostgreSQL has offered the ride meanwhile
+// (excluded) are skipped.
+func (f *Function) assignedPick(i int, assigned string, cands []dispatch.Candidate, givenTo map[string]int) lifecycle.Pick {
+	return func(ctx context.Context, ride *dispatch.Ride, excluded map[string]bool, win lifecycle.Window) (*dispatch.Offer, string, error) {
+		order := make([]dispatch.Candidate, 0, len(cands))
+		for _, c := range cands {
+			if c.DriverID == assigned {
+				order = append([]dispatch.Candidate{c}, order...)
+			} else if g, ok := givenTo[c.DriverID]; !ok || g == i {
+				order = append(order, c)
+			}
+		}
+		for _, c := range order {
+			if excluded[c.DriverID] {
+				continue
+			}
+			offer, err := f.lockCandidate(ctx, ride, c, win)
+			if err != nil || offer != nil {
+				return offer, "", err
+			}
+		}
+		return nil, fmt.Sprintf("batch: the assigned driver and %d other candidates were taken by other offers", len(order)-1), nil
+	}
+}
+
+// candidates runs the greedy search for ride without locking: expanding radii (Radii, widened on
+// retries) until FLAGDOWN_MIN_CANDIDATES eligible drivers are found, excluded drivers left out. It
+// returns them ranked by dispatch.Score (best first), or none and the note greedy would record.
+func (f *Function) candidates(ctx context.Context, ride *dispatch.Ride, excluded map[string]bool) ([]dispatch.Candidate, string, error) {
+	c := f.d.Config
+	radii := Radii(c.SearchRadiiM, ride.MatchAttempts)
+	for i, radius := range radii {
+		last := i == len(radii)-1
+		hits, err := f.d.Redis.Nearby(ctx, ride.Pickup, radius, c.SearchCount+len(excluded))
+		if err != nil {
+			return nil, "", err
+		}
+		cands, err := f.eligible(ctx, hits, excluded, nil)
+		if err != nil {
+			return nil, "", err
+		}
+		if !last && (len(cands) == 0 || (len(cands) < c.MinCandidates && len(hits) < c.SearchCount+len(excluded))) {
+			continue // too few here: widen before choosing
+		}
+		if len(cands) > 0 {
+			dispatch.Rank(f.score, cands)
+			return cands, "", nil
+		}
+	}
+	return nil, fmt.Sprintf("no available driver within %.0f m", radii[len(radii)-1]), nil
+}

@@ -1,0 +1,172 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flagdown/flagdown/shared/dispatch"
+)
+
+// Batch matching keys (FLAGDOWN_MATCH_MODE=batch), for a batch named B (CityBatch):
+//
+//	P batch:{B}                 the batch timer: TTL = the batch window, armed by the first ride to join
+//	                            an unarmed batch; its deadline is indexed in P deadlines like every
+//	                            timed key, and its expiry (KindBatch) runs the batch
+//	P batchq:{B}                sorted set of the rides waiting for the window (member = ride id,
+//	                            score = when it joined, unix ms, Redis's clock)
+//	P batchrun:{B}:{deadline}   the claim of the window that closed at deadline (unix ms): the ride ids
+//	                            it took out of P batchq:{B} as JSON, then "done" once they were all
+//	                            handled; TTL BatchRunTTL
+//
+// A ride joins with JoinBatch; the window's run takes every waiting ride at once with ClaimBatch, so
+// two windows never hold the same ride, and a second run of the same window finds the claim.
+
+// CityBatch is the name of the one batch of a deployment: flagdown serves one city per deployment
+// (one available set, P geo:available), so every ride to match in batch mode joins it.
+const CityBatch = "city"
+
+// BatchRunTTL is how long the claim of a batch window (P batchrun:...) is kept: longer than any
+// redelivery of the window's event by a trigger (5 attempts with backoff from 200 ms). An event
+// older than that is recognised by its processed_events row instead (lifecycle.ClaimBatch).
+const BatchRunTTL = 10 * time.Minute
+
+// batchDone is the value of a claim whose rides were all handled.
+const batchDone = "done"
+
+func (s *Store) batchKey(name string) string      { return s.prefix + "batch:" + name }
+func (s *Store) batchQueueKey(name string) string { return s.prefix + "batchq:" + name }
+func (s *Store) batchRunKey(name string, deadlineMs int64) string {
+	return s.prefix + "batchrun:" + name + ":" + strconv.FormatInt(deadlineMs, 10)
+}
+
+// joinScript adds rides to a batch (keeping the join time of a ride already waiting) and arms the
+// batch timer unless it is armed. KEYS: queue, timer, deadlines. ARGV: window ms, ride ids...
+// Returns 1 when it armed the timer.
+var joinScript = redis.NewScript(redisNowMs + `
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'NX', now, ARGV[i]) end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('SET', KEYS[2], now, 'PX', ARGV[1])
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[1]), KEYS[2])
+return 1
+`)
+
+// JoinBatch adds rideIDs to batch name's waiting rides and arms its timer to fire after window
+// (at least 1 ms) unless it is armed: the window opens with the first ride that finds the timer
+// unarmed. Joining again is a no-op for a ride already waiting. It reports whether it armed the
+// timer. Errors are CodeUnavailable.
+func (s *Store) JoinBatch(ctx context.Context, name string, rideIDs []string, window time.Duration) (bool, error) {
+	if len(rideIDs) == 0 {
+		return false, nil
+	}
+	args := make([]any, 0, len(rideIDs)+1)
+	args = append(args, max(window.Milliseconds(), 1))
+	for _, id := range rideIDs {
+		args = append(args, id)
+	}
+	n, err := joinScript.Run(ctx, s.rdb, []string{s.batchQueueKey(name), s.batchKey(name), s.DeadlinesKey()}, args...).Int()
+	if err != nil {
+		return false, unavailable(err)
+	}
+	return n == 1, nil
+}
+
+// claimScript takes every waiting ride of a batch for the window named by the claim key, once: if
+// the claim exists it is returned as it is; otherwise the waiting rides (oldest first) move into a
+// new claim. KEYS: claim, queue. ARGV: claim TTL ms. Returns {1, json} for a new claim, {0, value}
+// for an existing one.
+var claimScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v then return {0, v} end
+local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
+redis.call('DEL', KEYS[2])
+local j = '[]'
+if #ids > 0 then j = cjson.encode(ids) end
+redis.call('SET', KEYS[1], j, 'PX', ARGV[1])
+return {1, j}
+`)
+
+// BatchClaim is the claim of one batch window.
+type BatchClaim struct {
+	// RideIDs are the rides the window took, oldest join first.
+	RideIDs []string
+	// New is true for the caller that made the claim; false when it existed (a second run of the
+	// window: RideIDs are the first run's, to finish what it may have left).
+	New bool
+	// Done is true when a run of the window handled every ride of it already (RideIDs is nil).
+	Done bool
+}
+
+// ClaimBatch claims the window of batch name that closed at deadlineMs (unix ms, the batch timer's
+// indexed deadline): the first call moves every ride waiting in the batch into the claim, so a ride
+// joining later waits for the next window; later calls return that claim (New false), or Done once
+// FinishBatch marked it handled. Errors are CodeUnavailable.
+func (s *Store) ClaimBatch(ctx context.Context, name string, deadlineMs int64) (BatchClaim, error) {
+	v, err := claimScript.Run(ctx, s.rdb, []string{s.batchRunKey(name, deadlineMs), s.batchQueueKey(name)},
+		BatchRunTTL.Milliseconds()).Slice()
+	if err != nil {
+		return BatchClaim{}, unavailable(err)
+	}
+	n, _ := v[0].(int64)
+	return decodeClaim(str(v[1]), n == 1)
+}
+
+// PeekBatchClaim returns the claim of batch name's window that closed at deadlineMs, or ok false
+// when there is none (never claimed, or older than BatchRunTTL). Errors are CodeUnavailable.
+func (s *Store) PeekBatchClaim(ctx context.Context, name string, deadlineMs int64) (c BatchClaim, ok bool, err error) {
+	v, err := s.rdb.Get(ctx, s.batchRunKey(name, deadlineMs)).Result()
+	if errors.Is(err, redis.Nil) {
+		return BatchClaim{}, false, nil
+	}
+	if err != nil {
+		return BatchClaim{}, false, unavailable(err)
+	}
+	c, err = decodeClaim(v, false)
+	return c, err == nil, err
+}
+
+func decodeClaim(v string, isNew bool) (BatchClaim, error) {
+	if v == batchDone {
+		return BatchClaim{Done: true}, nil
+	}
+	c := BatchClaim{New: isNew}
+	if err := json.Unmarshal([]byte(v), &c.RideIDs); err != nil {
+		return BatchClaim{}, dispatch.Internal(err)
+	}
+	return c, nil
+}
+
+// FinishBatch marks the claim of batch name's window that closed at deadlineMs handled: a later run
+// of the window does nothing. Errors are CodeUnavailable.
+func (s *Store) FinishBatch(ctx context.Context, name string, deadlineMs int64) error {
+	return unavailable(s.rdb.Set(ctx, s.batchRunKey(name, deadlineMs), batchDone, BatchRunTTL).Err())
+}
+
+// BatchWaiting returns the rides waiting in batch name, oldest join first, and whether its timer is
+// armed (tests, operators). Errors are CodeUnavailable.
+func (s *Store) BatchWaiting(ctx context.Context, name string) (rideIDs []string, armed bool, err error) {
+	pipe := s.rdb.Pipeline()
+	q := pipe.ZRange(ctx, s.batchQueueKey(name), 0, -1)
+	ex := pipe.Exists(ctx, s.batchKey(name))
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, false, unavailable(err)
+	}
+	return q.Val(), ex.Val() == 1, nil
+}
+
+// BatchTimerDeadline returns the indexed deadline of batch name's timer (unix ms, Redis's clock), 0
+// when none is indexed. Errors are CodeUnavailable.
+func (s *Store) BatchTimerDeadline(ctx context.Context, name string) (int64, error) {
+	sc, err := s.rdb.ZScore(ctx, s.DeadlinesKey(), s.batchKey(name)).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, unavailable(err)
+	}
+	return int64(sc), nil
+}
