@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
@@ -78,6 +80,13 @@ func (f *Function) RunBatch(ctx context.Context, e event.Event) (string, error) 
 // half-way is finished by the redelivery of ev and no ride is offered twice by one window. A failed
 // change does not stop the others; the first error is returned (and the event redelivered).
 func (f *Function) Batch(ctx context.Context, name string, deadlineMs int64, ev *lifecycle.EventRef) (rep BatchReport, dup bool, err error) {
+	start := time.Now()
+	defer func() {
+		if !dup && rep.Rides > 0 {
+			f.d.Log.Debug("batch window", "batch", name, "deadline_ms", deadlineMs, "report", rep.String(),
+				"cost_m", rep.AssignedCostM, "took_ms", time.Since(start).Milliseconds(), "err", err)
+		}
+	}()
 	claim, err := f.lc.ClaimBatch(ctx, name, deadlineMs, ev)
 	if err != nil {
 		return rep, false, err
@@ -93,10 +102,19 @@ func (f *Function) Batch(ctx context.Context, name string, deadlineMs int64, ev 
 	rep.Open = len(rides)
 	cands := make([][]dispatch.Candidate, len(rides))
 	notes := make([]string, len(rides))
-	for i, ride := range rides {
-		if cands[i], notes[i], err = f.candidates(ctx, ride, offered[ride.ID]); err != nil {
-			return rep, false, err
+	var searchErr error
+	var mu sync.Mutex
+	parallel(len(rides), func(i int) {
+		c, note, err := f.candidates(ctx, rides[i], offered[rides[i].ID])
+		mu.Lock()
+		defer mu.Unlock()
+		cands[i], notes[i] = c, note
+		if err != nil && searchErr == nil {
+			searchErr = err
 		}
+	})
+	if searchErr != nil {
+		return rep, false, searchErr
 	}
 	cost, drivers := dispatch.BatchCosts(f.score, cands)
 	asg := dispatch.Assign(cost)
@@ -109,6 +127,8 @@ func (f *Function) Batch(ctx context.Context, name string, deadlineMs int64, ev 
 	}
 	var errs []error
 	count := func(out string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
 		if err != nil {
 			errs = append(errs, err)
 			return
@@ -129,29 +149,63 @@ func (f *Function) Batch(ctx context.Context, name string, deadlineMs int64, ev 
 		}
 	}
 	// Assigned rides first, so that nobody else's fallback takes a driver the assignment gave them.
-	for i, ride := range rides {
-		if j := asg.DriverOf[i]; j >= 0 {
-			count(f.lc.Match(ctx, ride.ID, lifecycle.RideEvent(ev, ride.ID), f.assignedPick(i, drivers[j], cands[i], givenTo)))
+	// Their drivers are distinct, so their offers do not compete for a lock and run in parallel.
+	var assigned, rest []int
+	for i := range rides {
+		if asg.DriverOf[i] >= 0 {
+			assigned = append(assigned, i)
+		} else {
+			rest = append(rest, i)
 		}
 	}
-	for i, ride := range rides {
-		switch {
-		case asg.DriverOf[i] >= 0:
-		case len(cands[i]) == 0:
+	parallel(len(assigned), func(k int) {
+		i := assigned[k]
+		ride := rides[i]
+		count(f.lc.Match(ctx, ride.ID, lifecycle.RideEvent(ev, ride.ID), f.assignedPick(i, drivers[asg.DriverOf[i]], cands[i], givenTo)))
+	})
+	parallel(len(rest), func(k int) {
+		i := rest[k]
+		ride := rides[i]
+		if len(cands[i]) == 0 {
 			note := notes[i]
 			count(f.lc.Match(ctx, ride.ID, lifecycle.RideEvent(ev, ride.ID),
 				func(context.Context, *dispatch.Ride, map[string]bool, lifecycle.Window) (*dispatch.Offer, string, error) {
 					return nil, note, nil
 				}))
-		default:
-			note := fmt.Sprintf("batch: all %d candidates went to other rides of the window; next window", len(cands[i]))
-			count(f.lc.DeferToNextWindow(ctx, ride.ID, note, lifecycle.RideEvent(ev, ride.ID)))
+			return
 		}
-	}
+		note := fmt.Sprintf("batch: all %d candidates went to other rides of the window; next window", len(cands[i]))
+		count(f.lc.DeferToNextWindow(ctx, ride.ID, note, lifecycle.RideEvent(ev, ride.ID)))
+	})
 	if len(errs) > 0 {
 		return rep, false, errors.Join(errs...)
 	}
 	return rep, false, f.lc.FinishBatch(ctx, name, deadlineMs)
+}
+
+// batchWorkers bounds the concurrent candidate searches and ride changes of one batch run: enough
+// to overlap the Redis and PostgreSQL round trips of a window's rides, few enough not to take every
+// connection of the pools.
+const batchWorkers = 8
+
+// parallel calls fn(0..n-1) on at most batchWorkers goroutines and waits for them.
+func parallel(n int, fn func(i int)) {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(n, batchWorkers) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				fn(i)
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 }
 
 // assignedPick is the lifecycle.Pick of ride index i of a batch: its assigned driver first, then its
