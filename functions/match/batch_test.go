@@ -39,12 +39,14 @@ func batchEnv(t *testing.T, tune func(*config.Config)) *fntest.TimeoutEnv {
 func closeWindow(t *testing.T, env *fntest.TimeoutEnv) fntest.Event {
 	t.Helper()
 	ctx := context.Background()
-	deadline, err := env.D.Redis.BatchTimerDeadline(ctx, redisstore.CityBatch)
+	timer, deadline, err := env.D.Redis.BatchTimer(ctx, redisstore.CityBatch)
 	if err != nil || deadline == 0 {
-		t.Fatalf("batch timer deadline = %d, %v; want one indexed", deadline, err)
+		t.Fatalf("batch timer %q deadline = %d, %v; want one indexed", timer, deadline, err)
 	}
-	env.DeleteKey(t, "batch:"+redisstore.CityBatch)
-	ev := env.ExpiredEvent("batch:" + redisstore.CityBatch)
+	name := strings.TrimPrefix(timer, env.D.Redis.Prefix())
+	env.DeleteKey(t, name)
+	env.DeleteKey(t, "batcharmed:"+redisstore.CityBatch) // expires with the timer
+	ev := env.ExpiredEvent(name)
 	data := ev.Data.(events.RedisKeyExpiredData)
 	data.DeadlineMs = deadline
 	ev.Data = data
@@ -126,7 +128,8 @@ func TestBatchPicksTheLeastTotalPickupDistance(t *testing.T) {
 	if err != nil || !armed || len(waiting) != 2 {
 		t.Fatalf("batch waiting %v armed %v (%v); want both rides and the timer", waiting, armed, err)
 	}
-	if ttl := env.KeyTTL(t, "batch:"+redisstore.CityBatch); ttl <= 20*time.Second || ttl > 30*time.Second {
+	timer, _, _ := env.D.Redis.BatchTimer(context.Background(), redisstore.CityBatch)
+	if ttl := env.KeyTTL(t, strings.TrimPrefix(timer, env.D.Redis.Prefix())); ttl <= 20*time.Second || ttl > 30*time.Second {
 		t.Errorf("batch timer TTL %s, want about the 30 s window", ttl)
 	}
 	due := closeWindow(t, env)
@@ -153,6 +156,8 @@ func TestBatchWindowRunsOnce(t *testing.T) {
 	a, b := twoByTwo(t, env)
 	env.MatchRide(t, a)
 	env.MatchRide(t, b)
+	timer, _, _ := env.D.Redis.BatchTimer(context.Background(), redisstore.CityBatch)
+	expiredKey := timer
 	due := closeWindow(t, env)
 
 	// Two deliveries of the window's event at once, and a third later: one run.
@@ -184,7 +189,7 @@ func TestBatchWindowRunsOnce(t *testing.T) {
 	}
 	// The expiry itself seen again (a second expiry source copy's id is the same; another id too):
 	// no second announcement.
-	ev := env.ExpiredEvent("batch:" + redisstore.CityBatch)
+	ev := env.ExpiredEvent(strings.TrimPrefix(expiredKey, env.D.Redis.Prefix()))
 	data := ev.Data.(events.RedisKeyExpiredData)
 	data.DeadlineMs = due.Data.(events.MatchBatchDueData).DeadlineMs
 	ev.Data = data

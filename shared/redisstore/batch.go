@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,9 +15,14 @@ import (
 
 // Batch matching keys (FLAGDOWN_MATCH_MODE=batch), for a batch named B (CityBatch):
 //
-//	P batch:{B}                 the batch timer: TTL = the batch window, armed by the first ride to join
-//	                            an unarmed batch; its deadline is indexed in P deadlines like every
-//	                            timed key, and its expiry (KindBatch) runs the batch
+//	P batch:{B}:{opened}        the batch timer of the window opened at {opened} (unix ms, Redis's
+//	                            clock): TTL = the batch window, armed by the first ride to join an
+//	                            unarmed batch; its deadline is indexed in P deadlines like every timed
+//	                            key, and its expiry (KindBatch) closes the window. Each window has its
+//	                            own key, so a ride arming the next window never re-creates the key of
+//	                            one whose expiry is on its way (the expiry source skips a re-created
+//	                            key, and its deadline entry would be moved: the window would be lost)
+//	P batcharmed:{B}            the name of the armed timer, same TTL: a batch is armed while it exists
 //	P batchq:{B}                sorted set of the rides waiting for the window (member = ride id,
 //	                            score = when it joined, unix ms, Redis's clock)
 //	P batchrun:{B}:{deadline}   the claim of the window that closed at deadline (unix ms): the ride ids
@@ -38,20 +44,25 @@ const BatchRunTTL = 10 * time.Minute
 // batchDone is the value of a claim whose rides were all handled.
 const batchDone = "done"
 
-func (s *Store) batchKey(name string) string      { return s.prefix + "batch:" + name }
+func (s *Store) batchTimerPrefix(name string) string { return s.prefix + "batch:" + name + ":" }
+func (s *Store) batchArmedKey(name string) string    { return s.prefix + "batcharmed:" + name }
 func (s *Store) batchQueueKey(name string) string { return s.prefix + "batchq:" + name }
 func (s *Store) batchRunKey(name string, deadlineMs int64) string {
 	return s.prefix + "batchrun:" + name + ":" + strconv.FormatInt(deadlineMs, 10)
 }
 
-// joinScript adds rides to a batch (keeping the join time of a ride already waiting) and arms the
-// batch timer unless it is armed. KEYS: queue, timer, deadlines. ARGV: window ms, ride ids...
-// Returns 1 when it armed the timer.
+// joinScript adds rides to a batch (keeping the join time of a ride already waiting) and, unless
+// the batch is armed, arms a new window: timer ARGV[2]..now and the armed marker, both with the
+// window as TTL, the timer's deadline indexed. The timer key is built in the script (it carries
+// Redis's clock); it shares the prefix, and so the hash slot, of the declared keys. KEYS: queue,
+// armed marker, deadlines. ARGV: window ms, timer key prefix, ride ids... Returns 1 when it armed.
 var joinScript = redis.NewScript(redisNowMs + `
-for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'NX', now, ARGV[i]) end
+for i = 3, #ARGV do redis.call('ZADD', KEYS[1], 'NX', now, ARGV[i]) end
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-redis.call('SET', KEYS[2], now, 'PX', ARGV[1])
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[1]), KEYS[2])
+local timer = ARGV[2] .. now
+redis.call('SET', timer, now, 'PX', ARGV[1])
+redis.call('SET', KEYS[2], timer, 'PX', ARGV[1])
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[1]), timer)
 return 1
 `)
 
@@ -63,12 +74,12 @@ func (s *Store) JoinBatch(ctx context.Context, name string, rideIDs []string, wi
 	if len(rideIDs) == 0 {
 		return false, nil
 	}
-	args := make([]any, 0, len(rideIDs)+1)
-	args = append(args, max(window.Milliseconds(), 1))
+	args := make([]any, 0, len(rideIDs)+2)
+	args = append(args, max(window.Milliseconds(), 1), s.batchTimerPrefix(name))
 	for _, id := range rideIDs {
 		args = append(args, id)
 	}
-	n, err := joinScript.Run(ctx, s.rdb, []string{s.batchQueueKey(name), s.batchKey(name), s.DeadlinesKey()}, args...).Int()
+	n, err := joinScript.Run(ctx, s.rdb, []string{s.batchQueueKey(name), s.batchArmedKey(name), s.DeadlinesKey()}, args...).Int()
 	if err != nil {
 		return false, unavailable(err)
 	}
@@ -151,22 +162,39 @@ func (s *Store) FinishBatch(ctx context.Context, name string, deadlineMs int64) 
 func (s *Store) BatchWaiting(ctx context.Context, name string) (rideIDs []string, armed bool, err error) {
 	pipe := s.rdb.Pipeline()
 	q := pipe.ZRange(ctx, s.batchQueueKey(name), 0, -1)
-	ex := pipe.Exists(ctx, s.batchKey(name))
+	ex := pipe.Exists(ctx, s.batchArmedKey(name))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, false, unavailable(err)
 	}
 	return q.Val(), ex.Val() == 1, nil
 }
 
-// BatchTimerDeadline returns the indexed deadline of batch name's timer (unix ms, Redis's clock), 0
-// when none is indexed. Errors are CodeUnavailable.
-func (s *Store) BatchTimerDeadline(ctx context.Context, name string) (int64, error) {
-	sc, err := s.rdb.ZScore(ctx, s.DeadlinesKey(), s.batchKey(name)).Result()
+// BatchTimer returns the armed timer of batch name (its full key) and its indexed deadline (unix ms,
+// Redis's clock); "" and 0 when the batch is not armed. Errors are CodeUnavailable.
+func (s *Store) BatchTimer(ctx context.Context, name string) (key string, deadlineMs int64, err error) {
+	key, err = s.rdb.Get(ctx, s.batchArmedKey(name)).Result()
 	if errors.Is(err, redis.Nil) {
-		return 0, nil
+		return "", 0, nil
 	}
 	if err != nil {
-		return 0, unavailable(err)
+		return "", 0, unavailable(err)
 	}
-	return int64(sc), nil
+	sc, err := s.rdb.ZScore(ctx, s.DeadlinesKey(), key).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", 0, unavailable(err)
+	}
+	return key, int64(sc), nil
+}
+
+// BatchOfTimer returns the batch name of a batch timer's id (the id ParseTimedKey returns for a
+// KindBatch key: "{name}:{opened ms}"); ok is false for any other id.
+func BatchOfTimer(id string) (name string, ok bool) {
+	i := strings.LastIndexByte(id, ':')
+	if i <= 0 || i == len(id)-1 {
+		return "", false
+	}
+	if _, err := strconv.ParseInt(id[i+1:], 10, 64); err != nil {
+		return "", false
+	}
+	return id[:i], true
 }

@@ -41,7 +41,7 @@ func (s *Store) RetryTimers(ctx context.Context, rideIDs []string) (now time.Tim
 		dl := make([]*redis.FloatCmd, len(chunk))
 		fired := make([]*redis.FloatCmd, len(chunk))
 		batched := make([]*redis.FloatCmd, len(chunk))
-		batchArmed := pipe.Exists(ctx, s.batchKey(CityBatch))
+		batchArmed := pipe.Exists(ctx, s.batchArmedKey(CityBatch))
 		for i, id := range chunk {
 			batched[i] = pipe.ZScore(ctx, s.batchQueueKey(CityBatch), id)
 			ex[i] = pipe.Exists(ctx, s.retryKey(id))

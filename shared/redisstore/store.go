@@ -15,9 +15,9 @@
 //	P onride             set of the drivers whose hash holds a ride (reconcile and verify read it)
 //	P offer:{id}         offer lock of a driver, value = the offer as JSON (dispatch.LiveOffer), TTL =
 //	                     offer window
-//	P batch:{name}, P batchq:{name}, P batchrun:{name}:{deadline}
-//	                     batch matching: the batch timer, the rides waiting for it, the claim of a
-//	                     closed window (see JoinBatch)
+//	P batch:{name}:{opened}, P batcharmed:{name}, P batchq:{name}, P batchrun:{name}:{deadline}
+//	                     batch matching: a window's timer, the armed marker, the rides waiting, the
+//	                     claim of a closed window (see JoinBatch)
 //	P ridepos:{ride id}  hash lat, lng, ts, driver, ver, pushed (last position push, ms): the live position of the ride's driver while it
 //	                     is ACCEPTED/IN_PROGRESS; only that driver's pings write it, and ver (the ride
 //	                     version that handed it to him) guards it like the epoch guards the hash

@@ -20,8 +20,8 @@ const (
 	KindOfferLock KeyKind = "offer_lock"
 	// KindRetry: P retry:{ride id}; expiry means it is time to match the ride again.
 	KindRetry KeyKind = "retry"
-	// KindBatch: P batch:{batch name}; expiry means the batch window closed: its waiting rides are
-	// assigned together (batch matching, see JoinBatch).
+	// KindBatch: P batch:{batch name}:{opened ms}; expiry means that batch window closed: the
+	// batch's waiting rides are assigned together (batch matching, see JoinBatch, BatchOfTimer).
 	KindBatch KeyKind = "batch"
 )
 
