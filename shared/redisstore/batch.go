@@ -46,7 +46,7 @@ const batchDone = "done"
 
 func (s *Store) batchTimerPrefix(name string) string { return s.prefix + "batch:" + name + ":" }
 func (s *Store) batchArmedKey(name string) string    { return s.prefix + "batcharmed:" + name }
-func (s *Store) batchQueueKey(name string) string { return s.prefix + "batchq:" + name }
+func (s *Store) batchQueueKey(name string) string    { return s.prefix + "batchq:" + name }
 func (s *Store) batchRunKey(name string, deadlineMs int64) string {
 	return s.prefix + "batchrun:" + name + ":" + strconv.FormatInt(deadlineMs, 10)
 }
