@@ -81,10 +81,12 @@ func (f *Function) RunBatch(ctx context.Context, e event.Event) (string, error) 
 // change does not stop the others; the first error is returned (and the event redelivered).
 func (f *Function) Batch(ctx context.Context, name string, deadlineMs int64, ev *lifecycle.EventRef) (rep BatchReport, dup bool, err error) {
 	start := time.Now()
+	var searched, solved time.Time
 	defer func() {
-		if !dup && rep.Rides > 0 {
+		if !dup && rep.Rides > 0 && !solved.IsZero() {
 			f.d.Log.Debug("batch window", "batch", name, "deadline_ms", deadlineMs, "report", rep.String(),
-				"cost_m", rep.AssignedCostM, "took_ms", time.Since(start).Milliseconds(), "err", err)
+				"cost_m", rep.AssignedCostM, "late_ms", start.UnixMilli()-deadlineMs, "search_ms", searched.Sub(start).Milliseconds(),
+				"solve_ms", solved.Sub(searched).Milliseconds(), "offer_ms", time.Since(solved).Milliseconds(), "err", err)
 		}
 	}()
 	claim, err := f.lc.ClaimBatch(ctx, name, deadlineMs, ev)
@@ -116,8 +118,10 @@ func (f *Function) Batch(ctx context.Context, name string, deadlineMs int64, ev 
 	if searchErr != nil {
 		return rep, false, searchErr
 	}
+	searched = time.Now()
 	cost, drivers := dispatch.BatchCosts(f.score, cands)
 	asg := dispatch.Assign(cost)
+	solved = time.Now()
 	rep.Assigned, rep.AssignedCostM = asg.Assigned, asg.Cost
 	givenTo := map[string]int{} // driver id → the ride index the assignment gave him
 	for i, j := range asg.DriverOf {

@@ -358,3 +358,32 @@ func TestBatchAssignedDriverLostFallsBack(t *testing.T) {
 	}
 	checkInvariants(t, env)
 }
+
+func TestBatchExcludesDriversWhoDeclined(t *testing.T) {
+	t.Parallel()
+	env := batchEnv(t, nil)
+	env.Ping(t, "d-near", fntest.Offset(pickup, 0, 100))
+	env.Ping(t, "d-far", fntest.Offset(pickup, 0, 900))
+	a := env.CreateRide(t, "r-a", pickup, dropoff)
+	env.MatchRide(t, a)
+	env.MatchEvent(t, closeWindow(t, env))
+	if d := env.OfferedDriver(t, a); d != "d-near" {
+		t.Fatalf("first window offered %q, want d-near", d)
+	}
+	if status, body := env.RideAction(t, a, "decline", fntest.JSON{"driver_id": "d-near"}); status != http.StatusOK {
+		t.Fatalf("decline: %d %v", status, body)
+	}
+	// The decline's event puts the ride back into the batch; d-near is available again but excluded.
+	if got := env.MatchEvent(t, fntest.Event{Type: events.RideOfferDeclined, Subject: a,
+		Data: events.RideOfferDeclinedData{RideID: a, DriverID: "d-near"}}); got != match.OutcomeJoined {
+		t.Fatalf("decline event: %q, want %q", got, match.OutcomeJoined)
+	}
+	if !env.InGeo(t, "d-near") {
+		t.Fatalf("the decliner is not available again: the test would not show his exclusion")
+	}
+	env.MatchEvent(t, closeWindow(t, env))
+	if d := env.OfferedDriver(t, a); d != "d-far" {
+		t.Fatalf("second window offered %q, want d-far (d-near declined)", d)
+	}
+	checkInvariants(t, env)
+}
