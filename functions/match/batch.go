@@ -13,6 +13,7 @@ import (
 	"github.com/flagdown/flagdown/shared/cloudevent"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/lifecycle"
+	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
 // BatchReport counts what one batch window run did with its rides.
@@ -62,11 +63,13 @@ func (f *Function) RunBatch(ctx context.Context, e event.Event) (string, error) 
 //  1. claims the window's rides (lifecycle.ClaimBatch: once per window; dup true when it was run);
 //  2. reads those still to match (REQUESTED, no live offer) and finds each one's candidates with the
 //     greedy search (expanding radius until FLAGDOWN_MIN_CANDIDATES eligible drivers, drivers
-//     already offered the ride excluded), without locking anyone;
+//     already offered the ride excluded), without locking anyone, all rides in the same pipelined
+//     round trips (searchAll);
 //  3. builds the rides × drivers cost matrix from dispatch.Score (dispatch.BatchCosts; a driver who
 //     is no candidate of a ride is a forbidden pair) and solves it with dispatch.Assign: the most
 //     rides served and, among those assignments, the least total score;
-//  4. offers each assigned ride its driver as greedy does, through lifecycle.Service.Match under the
+//  4. offers each assigned ride its driver (on batchWorkers goroutines: their drivers are distinct)
+//     as greedy does, through lifecycle.Service.Match under the
 //     offer lock; a ride whose driver's lock is lost (another offer, he went away) falls back to its
 //     next-best candidate that the window gave to no other ride, and with none left counts a failed
 //     attempt (retry timer, or UNMATCHED past the retry budget) like greedy;
@@ -102,21 +105,9 @@ func (f *Function) Batch(ctx context.Context, name string, deadlineMs int64, ev 
 		return rep, false, err
 	}
 	rep.Open = len(rides)
-	cands := make([][]dispatch.Candidate, len(rides))
-	notes := make([]string, len(rides))
-	var searchErr error
-	var mu sync.Mutex
-	parallel(len(rides), func(i int) {
-		c, note, err := f.candidates(ctx, rides[i], offered[rides[i].ID])
-		mu.Lock()
-		defer mu.Unlock()
-		cands[i], notes[i] = c, note
-		if err != nil && searchErr == nil {
-			searchErr = err
-		}
-	})
-	if searchErr != nil {
-		return rep, false, searchErr
+	cands, notes, err := f.searchAll(ctx, rides, offered)
+	if err != nil {
+		return rep, false, err
 	}
 	searched = time.Now()
 	cost, drivers := dispatch.BatchCosts(f.score, cands)
@@ -130,6 +121,7 @@ func (f *Function) Batch(ctx context.Context, name string, deadlineMs int64, ev 
 		}
 	}
 	var errs []error
+	var mu sync.Mutex
 	count := func(out string, err error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -239,29 +231,75 @@ func (f *Function) assignedPick(i int, assigned string, cands []dispatch.Candida
 	}
 }
 
-// candidates runs the greedy search for ride without locking: expanding radii (Radii, widened on
-// retries) until FLAGDOWN_MIN_CANDIDATES eligible drivers are found, excluded drivers left out. It
-// returns them ranked by dispatch.Score (best first), or none and the note greedy would record.
-func (f *Function) candidates(ctx context.Context, ride *dispatch.Ride, excluded map[string]bool) ([]dispatch.Candidate, string, error) {
+// searchAll runs the greedy candidate search for every ride of a window without locking anyone:
+// for each ride the expanding radii (Radii, widened on retries) until FLAGDOWN_MIN_CANDIDATES
+// eligible drivers are found, its excluded drivers left out, exactly as greedy decides to widen. The
+// rides search side by side, one radius step at a time: each step is one pipelined round trip of
+// GEOSEARCHes and one of the candidates' heartbeats and state, whatever the number of rides. It
+// returns each ride's candidates ranked by dispatch.Score (best first), or none and the note greedy
+// would record.
+func (f *Function) searchAll(ctx context.Context, rides []*dispatch.Ride, offered map[string]map[string]bool) ([][]dispatch.Candidate, []string, error) {
 	c := f.d.Config
-	radii := Radii(c.SearchRadiiM, ride.MatchAttempts)
-	for i, radius := range radii {
-		last := i == len(radii)-1
-		hits, err := f.d.Redis.Nearby(ctx, ride.Pickup, radius, c.SearchCount+len(excluded))
-		if err != nil {
-			return nil, "", err
-		}
-		cands, err := f.eligible(ctx, hits, excluded, nil)
-		if err != nil {
-			return nil, "", err
-		}
-		if !last && (len(cands) == 0 || (len(cands) < c.MinCandidates && len(hits) < c.SearchCount+len(excluded))) {
-			continue // too few here: widen before choosing
-		}
-		if len(cands) > 0 {
-			dispatch.Rank(f.score, cands)
-			return cands, "", nil
-		}
+	cands := make([][]dispatch.Candidate, len(rides))
+	notes := make([]string, len(rides))
+	radii := make([][]float64, len(rides))
+	pending := make([]int, 0, len(rides))
+	for i, r := range rides {
+		radii[i] = Radii(c.SearchRadiiM, r.MatchAttempts)
+		pending = append(pending, i)
 	}
-	return nil, fmt.Sprintf("no available driver within %.0f m", radii[len(radii)-1]), nil
+	for step := 0; len(pending) > 0; step++ {
+		qs := make([]redisstore.NearbyQuery, len(pending))
+		for k, i := range pending {
+			qs[k] = redisstore.NearbyQuery{Center: rides[i].Pickup, RadiusM: radii[i][step], Count: c.SearchCount + len(offered[rides[i].ID])}
+		}
+		hits, err := f.d.Redis.NearbyMany(ctx, qs)
+		if err != nil {
+			return nil, nil, err
+		}
+		var ids []string
+		seen := map[string]bool{}
+		for k, i := range pending {
+			for _, h := range hits[k] {
+				if !offered[rides[i].ID][h.DriverID] && !seen[h.DriverID] {
+					seen[h.DriverID] = true
+					ids = append(ids, h.DriverID)
+				}
+			}
+		}
+		infoList, err := f.d.Redis.DriverInfos(ctx, ids)
+		if err != nil {
+			return nil, nil, err
+		}
+		infos := make(map[string]redisstore.DriverInfo, len(ids))
+		for k, id := range ids {
+			infos[id] = infoList[k]
+		}
+		now := time.Now()
+		next := pending[:0]
+		for k, i := range pending {
+			keep := make([]redisstore.GeoHit, 0, len(hits[k]))
+			kinfo := make([]redisstore.DriverInfo, 0, len(hits[k]))
+			for _, h := range hits[k] {
+				if !offered[rides[i].ID][h.DriverID] {
+					keep = append(keep, h)
+					kinfo = append(kinfo, infos[h.DriverID])
+				}
+			}
+			found := candidatesOf(keep, kinfo, now)
+			last := step == len(radii[i])-1
+			if !last && (len(found) == 0 || (len(found) < c.MinCandidates && len(hits[k]) < qs[k].Count)) {
+				next = append(next, i) // too few here: widen before choosing
+				continue
+			}
+			if len(found) > 0 {
+				dispatch.Rank(f.score, found)
+				cands[i] = found
+			} else {
+				notes[i] = fmt.Sprintf("no available driver within %.0f m", radii[i][len(radii[i])-1])
+			}
+		}
+		pending = next
+	}
+	return cands, notes, nil
 }

@@ -186,8 +186,13 @@ func (f *Function) eligible(ctx context.Context, hits []redisstore.GeoHit, exclu
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	out := make([]dispatch.Candidate, 0, len(ids))
+	return candidatesOf(keep, infos, time.Now()), nil
+}
+
+// candidatesOf turns hits and their drivers' infos (same order) into the candidates that are alive,
+// available and without a ride, with their idle time at now.
+func candidatesOf(keep []redisstore.GeoHit, infos []redisstore.DriverInfo, now time.Time) []dispatch.Candidate {
+	out := make([]dispatch.Candidate, 0, len(keep))
 	for i, info := range infos {
 		if !info.Alive || info.Status != dispatch.DriverAvailable || info.RideID != "" {
 			continue
@@ -201,7 +206,7 @@ func (f *Function) eligible(ctx context.Context, hits []redisstore.GeoHit, exclu
 			Rating: info.Rating, IdleS: idle, Missed: info.Missed, MissedAt: info.MissedAt,
 		})
 	}
-	return out, nil
+	return out
 }
 
 // Radii are the search radii in metres for a ride already tried attempts times: the configured
