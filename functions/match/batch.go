@@ -68,11 +68,11 @@ func (f *Function) RunBatch(ctx context.Context, e event.Event) (string, error) 
 //  3. builds the rides × drivers cost matrix from dispatch.Score (dispatch.BatchCosts; a driver who
 //     is no candidate of a ride is a forbidden pair) and solves it with dispatch.Assign: the most
 //     rides served and, among those assignments, the least total score;
-//  4. offers each assigned ride its driver (on batchWorkers goroutines: their drivers are distinct)
-//     as greedy does, through lifecycle.Service.Match under the
-//     offer lock; a ride whose driver's lock is lost (another offer, he went away) falls back to its
-//     next-best candidate that the window gave to no other ride, and with none left counts a failed
-//     attempt (retry timer, or UNMATCHED past the retry budget) like greedy;
+//  4. offers each assigned ride its driver as greedy does, through lifecycle.Service.Match under the
+//     offer lock (on batchWorkers goroutines: their drivers are distinct); a ride whose driver's
+//     lock is lost (another offer, he went away) falls back to its next-best candidate that the
+//     window gave to no other ride, and with none left counts a failed attempt (retry timer, or
+//     UNMATCHED past the retry budget) like greedy;
 //  5. a ride without any candidate counts a failed attempt the same way (retry timer with backoff
 //     and a wider radius, whose ride.retry puts it back into the batch);
 //  6. a ride that had candidates but was assigned none waits for the next window
@@ -81,7 +81,8 @@ func (f *Function) RunBatch(ctx context.Context, e event.Event) (string, error) 
 //
 // Every ride's change is idempotent per (window, ride) (lifecycle.RideEvent), so a run that died
 // half-way is finished by the redelivery of ev and no ride is offered twice by one window. A failed
-// change does not stop the others; the first error is returned (and the event redelivered).
+// change does not stop the others; the errors are returned joined, the window is then not marked
+// done, and the redelivered event finishes it.
 func (f *Function) Batch(ctx context.Context, name string, deadlineMs int64, ev *lifecycle.EventRef) (rep BatchReport, dup bool, err error) {
 	start := time.Now()
 	var searched, solved time.Time
