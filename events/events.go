@@ -50,6 +50,9 @@ const (
 	// RedisKeyExpired: a flagdown timed key expired in Redis (expiry source). subject is the key.
 	// Triggers expiry-notification.
 	RedisKeyExpired = "io.flagdown.redis.key.expired.v1"
+	// MatchBatchDue: a batch window closed (its batch timer expired; expiry-notification): the rides
+	// waiting in the batch are to be assigned together. subject is the batch name. Triggers match.
+	MatchBatchDue = "io.flagdown.match.batch.due.v1"
 )
 
 // Types is every event type flagdown produces or consumes, mapped to a one-line description.
@@ -68,6 +71,7 @@ var Types = map[string]string{
 	RideDriverOffline:   "the driver of a ride in progress stopped sending heartbeats",
 	DriverStatusChanged: "flagdown changed a driver's status",
 	RedisKeyExpired:     "a flagdown timed key expired in Redis",
+	MatchBatchDue:       "a batch window closed: its waiting rides are assigned together",
 }
 
 // Known reports whether t is a flagdown event type.
@@ -160,6 +164,15 @@ type RideRetryData struct {
 	Attempt int `json:"attempt"`
 	// Reason is retry_timer (the timer fired) or reconcile (found idle).
 	Reason string `json:"reason"`
+}
+
+// MatchBatchDueData is the payload of MatchBatchDue.
+type MatchBatchDueData struct {
+	// Batch is the batch name (the event's subject; "city": one batch per deployment).
+	Batch string `json:"batch"`
+	// DeadlineMs is when the window closed, unix ms by Redis's clock (the batch timer's indexed
+	// deadline): with Batch it names the window.
+	DeadlineMs int64 `json:"deadline_ms"`
 }
 
 // RideUnmatchedData is the payload of RideUnmatched.

@@ -11,7 +11,7 @@ type Trigger struct {
 
 // Triggers is every (event types → function) route in flagdown.
 var Triggers = []Trigger{
-	{Function: "match", Types: []string{RideRequested, RideOfferDeclined, RideReopened, RideOfferExpired, RideRetry}},
+	{Function: "match", Types: []string{RideRequested, RideOfferDeclined, RideReopened, RideOfferExpired, RideRetry, MatchBatchDue}},
 	{Function: "expiry-notification", Types: []string{RedisKeyExpired}},
 	{Function: "notify", Types: []string{RideOffered, RideOfferExpired, RideAccepted, RideStarted, RideCompleted,
 		RideCancelled, RideReopened, RideUnmatched}},

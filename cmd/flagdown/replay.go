@@ -16,6 +16,7 @@ import (
 func newReplayCmd() *cobra.Command {
 	o := replay.DefaultOptions()
 	var minutes int
+	matchMode := ""
 	starts := string(o.DriverStarts)
 	cmd := &cobra.Command{
 		Use:   "replay",
@@ -23,7 +24,8 @@ func newReplayCmd() *cobra.Command {
 		Long: `Replay real NYC taxi trips against a running platform through its HTTP API.
 
 Simulated drivers start where taxis really were (--driver-starts, default dropoffs-before: the
-dropoff points of the file's trips that ended before the replayed window, or when none did, of its
+dropoff points of the file's trips that ended before the replayed window, which opens --skip-minutes
+after the file's first pickup, or when none did, of its
 trips picked up outside the window; never at a replayed pickup; replay-pickups, optimistic, puts them
 at the file's pickups, the replayed ones included), go online and ping POST /function/location-update
 (batched, like a gateway aggregator, with one ops token; single pings with the driver's own token);
@@ -61,6 +63,12 @@ summary, when a count is not 0 or when the check could not run (--verify=false s
 				return err
 			}
 			o.JWTSecret, o.JWTIssuer, o.JWTAudience = cfg.JWTSecret, cfg.JWTIssuer, cfg.JWTAudience
+			// The replay cannot observe the platform's matching mode: it names the one it is told,
+			// by default the FLAGDOWN_MATCH_MODE of the same environment flagdown dev reads.
+			o.MatchMode = cfg.MatchMode
+			if matchMode != "" {
+				o.MatchMode = matchMode
+			}
 			_, err = replay.Run(cmd.Context(), o, cmd.OutOrStdout())
 			if errors.Is(err, context.Canceled) {
 				return fmt.Errorf("replay interrupted; partial figures above")
@@ -72,7 +80,11 @@ summary, when a count is not 0 or when the check could not run (--verify=false s
 	f.StringVar(&o.URL, "url", o.URL, "platform base URL (gateway)")
 	f.StringVar(&o.TripsPath, "trips", o.TripsPath, "trips CSV (pickup_time,pickup_lat,pickup_lng,dropoff_lat,dropoff_lng)")
 	f.IntVar(&o.Drivers, "drivers", o.Drivers, "number of simulated drivers")
-	f.IntVar(&minutes, "minutes", int(o.Minutes), "replayed window, simulated minutes from the first pickup")
+	f.IntVar(&minutes, "minutes", int(o.Minutes), "replayed window, simulated minutes from its opening (--skip-minutes after the file's first pickup)")
+	f.Float64Var(&o.SkipMinutes, "skip-minutes", o.SkipMinutes, "simulated minutes after the file's first pickup the window opens; "+
+		"the trips that ended before it place the drivers (--driver-starts dropoffs-before)")
+	f.StringVar(&matchMode, "match-mode", "", "the platform's FLAGDOWN_MATCH_MODE (greedy or batch), for the summary; "+
+		"the replay cannot observe it (default: FLAGDOWN_MATCH_MODE of this environment, else greedy)")
 	f.Float64Var(&o.Speedup, "speedup", o.Speedup, "simulated seconds per wall second")
 	f.DurationVar(&o.PingInterval, "ping-interval", o.PingInterval, "driver ping interval, simulated time")
 	f.Float64Var(&o.AcceptProb, "accept-prob", o.AcceptProb, "probability a driver accepts an offer he answers (else declines), 0..1")

@@ -5,6 +5,7 @@
 //	P hb:{driver}     heartbeat expired  → driver offline (see lifecycle.DriverOffline)
 //	P offer:{driver}  offer lock expired → offer timed out, ride matched again without him
 //	P retry:{ride}    retry timer fired  → ride matched again
+//	P batch:{name}:{opened}  batch window closed → match.batch.due: the batch's rides assigned together
 //
 // Each handler re-reads state before acting (a ping a millisecond after the expiry wins), and each
 // event has one effect per (source, id).
@@ -78,6 +79,16 @@ func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
 		out, err = f.lc.OfferTimedOut(ctx, id, ref)
 	case redisstore.KindRetry:
 		out, err = f.lc.RetryDue(ctx, id, "retry_timer", ref)
+	case redisstore.KindBatch:
+		name, ok := redisstore.BatchOfTimer(id)
+		if !ok {
+			return OutcomeIgnored, nil
+		}
+		deadline := data.DeadlineMs
+		if deadline == 0 { // no indexed deadline (not armed by flagdown's script): name it by when it was seen
+			deadline = data.ObservedAt.UnixMilli()
+		}
+		out, err = f.lc.BatchDue(ctx, name, deadline, ref)
 	}
 	return string(out), err
 }

@@ -12,6 +12,9 @@
 // recorded, a retry timer armed, and after the retry budget the ride becomes UNMATCHED. The state
 // changes are lifecycle.Service.Match's; this function owns the candidate search. Each event is
 // handled once per (source, id).
+//
+// With FLAGDOWN_MATCH_MODE=batch a ride event only puts the ride into the city's batch, and the
+// match.batch.due event of the closed window assigns the batch's rides together (batch.go).
 package function
 
 import (
@@ -25,6 +28,7 @@ import (
 
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/lifecycle"
 	"github.com/flagdown/flagdown/shared/redisstore"
@@ -47,6 +51,8 @@ const (
 	OutcomeNotNeeded = lifecycle.MatchNotNeeded
 	// OutcomeUnmatched: nobody could be offered within the retry budget; the ride is UNMATCHED.
 	OutcomeUnmatched = lifecycle.MatchUnmatched
+	// OutcomeJoined (batch mode): the ride joined the batch; its window's run will match it.
+	OutcomeJoined = "joined"
 )
 
 // Function matches rides to drivers.
@@ -80,10 +86,21 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.h.Serve
 // Handle matches the ride named by the event's subject through lifecycle.Service.Match, with
 // this function's candidate search (pick). It returns OutcomeOffered, OutcomeNoDriver,
 // OutcomeUnmatched, OutcomeDuplicate (event already handled) or OutcomeNotNeeded (the ride is no
-// longer REQUESTED or already has a live offer).
+// longer REQUESTED or already has a live offer). In batch mode a ride event instead puts the ride
+// into the batch (OutcomeJoined); a match.batch.due event runs its window in either mode (RunBatch),
+// so rides still waiting when the mode is switched back to greedy are matched.
 func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
+	if e.Type() == events.MatchBatchDue {
+		return f.RunBatch(ctx, e)
+	}
 	if err := dispatch.ValidateRideID("subject", e.Subject()); err != nil {
 		return "", err
+	}
+	if f.d.Config.MatchMode == config.MatchBatch {
+		if err := f.lc.JoinBatch(ctx, e.Subject()); err != nil {
+			return "", err
+		}
+		return OutcomeJoined, nil
 	}
 	ref := &lifecycle.EventRef{Consumer: Consumer, Source: e.Source(), ID: e.ID()}
 	var live *dispatch.LiveOffer
@@ -129,30 +146,9 @@ func (f *Function) pick(ctx context.Context, ride *dispatch.Ride, excluded map[s
 		dispatch.Rank(f.score, cands)
 		for _, cand := range cands {
 			tried[cand.DriverID] = true
-			offer := &dispatch.Offer{
-				ID: uuid.NewString(), RideID: ride.ID, DriverID: cand.DriverID,
-				DistanceM: cand.DistanceM, Score: cand.Score, ExpiresAt: win.ExpiresAt,
-			}
-			ok, err := f.d.Redis.LockOffer(ctx, cand.DriverID, dispatch.LiveOffer{
-				OfferID: offer.ID, RideID: ride.ID, Pickup: ride.Pickup, Dropoff: ride.Dropoff,
-				DistanceM: cand.DistanceM, ExpiresAt: win.ExpiresAt.UTC(),
-			}, win.LockTTL())
-			if err != nil {
-				return nil, "", err
-			}
-			if !ok {
-				continue
-			}
-			free, err := win.DriverFree(ctx, cand.DriverID)
-			if err == nil && free {
-				return offer, "", nil
-			}
-			// Redis showed an on-ride driver available: never offer him; the service repairs him.
-			if _, rerr := f.d.Redis.ReleaseOffer(ctx, cand.DriverID, offer.ID, false); rerr != nil && err == nil {
-				err = rerr
-			}
-			if err != nil {
-				return nil, "", err
+			offer, err := f.lockCandidate(ctx, ride, cand, win)
+			if err != nil || offer != nil {
+				return offer, "", err
 			}
 		}
 	}
@@ -161,6 +157,33 @@ func (f *Function) pick(ctx context.Context, ride *dispatch.Ride, excluded map[s
 		return nil, fmt.Sprintf("no available driver within %.0f m", maxR), nil
 	}
 	return nil, fmt.Sprintf("all %d available drivers within %.0f m were taken by other offers", seen, maxR), nil
+}
+
+// lockCandidate takes cand's offer lock for ride for the window win and returns the offer it
+// locked, or nil when another offer holds him, he is no longer eligible (checked atomically by the
+// lock script), or PostgreSQL has him on a ride (then the lock is released again and the service
+// repairs his Redis state).
+func (f *Function) lockCandidate(ctx context.Context, ride *dispatch.Ride, cand dispatch.Candidate, win lifecycle.Window) (*dispatch.Offer, error) {
+	offer := &dispatch.Offer{
+		ID: uuid.NewString(), RideID: ride.ID, DriverID: cand.DriverID,
+		DistanceM: cand.DistanceM, Score: cand.Score, ExpiresAt: win.ExpiresAt,
+	}
+	ok, err := f.d.Redis.LockOffer(ctx, cand.DriverID, dispatch.LiveOffer{
+		OfferID: offer.ID, RideID: ride.ID, Pickup: ride.Pickup, Dropoff: ride.Dropoff,
+		DistanceM: cand.DistanceM, ExpiresAt: win.ExpiresAt.UTC(),
+	}, win.LockTTL())
+	if err != nil || !ok {
+		return nil, err
+	}
+	free, err := win.DriverFree(ctx, cand.DriverID)
+	if err == nil && free {
+		return offer, nil
+	}
+	// Redis showed an on-ride driver available: never offer him; the service repairs him.
+	if _, rerr := f.d.Redis.ReleaseOffer(ctx, cand.DriverID, offer.ID, false); rerr != nil && err == nil {
+		err = rerr
+	}
+	return nil, err
 }
 
 // eligible keeps the hits that are alive, available, without a ride, not excluded and not yet tried.
@@ -177,8 +200,13 @@ func (f *Function) eligible(ctx context.Context, hits []redisstore.GeoHit, exclu
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	out := make([]dispatch.Candidate, 0, len(ids))
+	return candidatesOf(keep, infos, time.Now()), nil
+}
+
+// candidatesOf turns hits and their drivers' infos (same order) into the candidates that are alive,
+// available and without a ride, with their idle time at now.
+func candidatesOf(keep []redisstore.GeoHit, infos []redisstore.DriverInfo, now time.Time) []dispatch.Candidate {
+	out := make([]dispatch.Candidate, 0, len(keep))
 	for i, info := range infos {
 		if !info.Alive || info.Status != dispatch.DriverAvailable || info.RideID != "" {
 			continue
@@ -192,7 +220,7 @@ func (f *Function) eligible(ctx context.Context, hits []redisstore.GeoHit, exclu
 			Rating: info.Rating, IdleS: idle, Missed: info.Missed, MissedAt: info.MissedAt,
 		})
 	}
-	return out, nil
+	return out
 }
 
 // Radii are the search radii in metres for a ride already tried attempts times: the configured

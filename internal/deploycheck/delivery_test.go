@@ -140,6 +140,8 @@ func samplePayload(typ, rideID, prefix string) (string, any) {
 		return rideID, events.RideUnmatchedData{RideID: rideID, RiderID: "r-broker", Attempts: 8, Reason: "no driver", At: now, Version: 2}
 	case events.RideRetry:
 		return rideID, events.RideRetryData{RideID: rideID, Attempt: 1, Reason: "retry_timer"}
+	case events.MatchBatchDue:
+		return "city", events.MatchBatchDueData{Batch: "city", DeadlineMs: now.UnixMilli()}
 	case events.RedisKeyExpired:
 		key := prefix + "hb:d-broker"
 		return key, events.RedisKeyExpiredData{Key: key, Kind: "heartbeat", ID: "d-broker", ObservedAt: now}

@@ -167,7 +167,7 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Deps, err
 // limit, driver-state TTL, miss memory, and the position push interval when push is on).
 func NewStore(rdb redis.UniversalClient, cfg *config.Config) *redisstore.Store {
 	s := redisstore.New(rdb, cfg.RedisPrefix, cfg.HeartbeatTTL, cfg.MaxSpeedMPS)
-	s.DriverStateTTL, s.MissMemory = cfg.DriverStateTTL, cfg.MissMemory
+	s.DriverStateTTL, s.MissMemory, s.BatchWindow = cfg.DriverStateTTL, cfg.MissMemory, cfg.BatchWindow
 	if cfg.PushEndpoint != "" {
 		s.PositionPushInterval = cfg.PushPositionInterval
 	}

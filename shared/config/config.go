@@ -105,6 +105,13 @@ type Config struct {
 	RetryMaxAttempts int `env:"FLAGDOWN_RETRY_MAX_ATTEMPTS" envDefault:"8"`
 	// RetryBudget is the longest a ride may wait for a driver, from its request, before it becomes UNMATCHED.
 	RetryBudget time.Duration `env:"FLAGDOWN_RETRY_BUDGET" envDefault:"3m"`
+	// MatchMode is how rides are matched: MatchGreedy (each ride on its own, as its event arrives) or
+	// MatchBatch (the rides to match within BatchWindow are assigned together, at the least total
+	// score; see functions/match).
+	MatchMode string `env:"FLAGDOWN_MATCH_MODE" envDefault:"greedy"`
+	// BatchWindow is, in batch mode, how long the first ride of a batch waits for others before the
+	// batch is assigned (the batch timer's TTL); shorter than ReconcileGrace (Validate).
+	BatchWindow time.Duration `env:"FLAGDOWN_BATCH_WINDOW" envDefault:"2s"`
 	// ScoreMissPenaltyM: metres of pickup distance added per offer the driver let expire recently.
 	ScoreMissPenaltyM float64 `env:"FLAGDOWN_SCORE_MISS_PENALTY_M" envDefault:"250"`
 	// MissMemory is how long a missed offer counts against a driver in the score.
@@ -276,8 +283,25 @@ func describe(err error) error {
 	return fmt.Errorf("config: %s", strings.Join(msgs, "; "))
 }
 
+// Matching modes (FLAGDOWN_MATCH_MODE).
+const (
+	// MatchGreedy matches each ride on its own as its event arrives: the best-scoring available
+	// driver whose offer lock it wins.
+	MatchGreedy = "greedy"
+	// MatchBatch gathers the rides to match for FLAGDOWN_BATCH_WINDOW and assigns them together at
+	// the least total score (dispatch.Assign).
+	MatchBatch = "batch"
+)
+
 // Validate checks the rules between values that the parser cannot.
 func (c *Config) Validate() error {
+	if c.MatchMode != MatchGreedy && c.MatchMode != MatchBatch {
+		return fmt.Errorf("config: FLAGDOWN_MATCH_MODE must be %s or %s", MatchGreedy, MatchBatch)
+	}
+	if c.BatchWindow < 10*time.Millisecond || (c.MatchMode == MatchBatch && c.BatchWindow >= c.ReconcileGrace) {
+		return fmt.Errorf("config: FLAGDOWN_BATCH_WINDOW (%s) must be at least 10ms and, in batch mode, shorter than FLAGDOWN_RECONCILE_GRACE (%s): "+
+			"reconcile would otherwise match again the rides waiting for their window", c.BatchWindow, c.ReconcileGrace)
+	}
 	if err := logging.CheckFormat(c.LogFormat); err != nil {
 		return fmt.Errorf("config: FLAGDOWN_LOG_FORMAT: %w", err)
 	}

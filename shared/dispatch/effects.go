@@ -16,6 +16,9 @@ type Effects struct {
 	RetryTimers []RetryTimer
 	// ClearRetryTimers are rides whose retry timer must be disarmed.
 	ClearRetryTimers []string
+	// BatchJoins are rides to put back into the batch for the next window (batch matching: rides
+	// the last window's assignment left without a driver).
+	BatchJoins []string
 	// Misses are drivers who let an offer expire (counted against them in the score).
 	Misses []string
 	// Offline are drivers to mark offline in Redis unless their heartbeat lives again.
@@ -28,13 +31,14 @@ func (e *Effects) Add(o Effects) {
 	e.ReleaseOffers = append(e.ReleaseOffers, o.ReleaseOffers...)
 	e.RetryTimers = append(e.RetryTimers, o.RetryTimers...)
 	e.ClearRetryTimers = append(e.ClearRetryTimers, o.ClearRetryTimers...)
+	e.BatchJoins = append(e.BatchJoins, o.BatchJoins...)
 	e.Misses = append(e.Misses, o.Misses...)
 	e.Offline = append(e.Offline, o.Offline...)
 }
 
 // Empty reports whether e asks for nothing.
 func (e Effects) Empty() bool {
-	return len(e.Assignments)+len(e.ReleaseOffers)+len(e.RetryTimers)+len(e.ClearRetryTimers)+len(e.Misses)+len(e.Offline) == 0
+	return len(e.Assignments)+len(e.ReleaseOffers)+len(e.RetryTimers)+len(e.ClearRetryTimers)+len(e.BatchJoins)+len(e.Misses)+len(e.Offline) == 0
 }
 
 // Assignment is a driver's assignment as PostgreSQL holds it after a change (the driver_assignments

@@ -1,6 +1,6 @@
 // Package expiry is flagdown's expiry source: it turns the expiry of flagdown's timed Redis keys
-// (heartbeats P hb:{driver}, offer locks P offer:{driver}, retry timers P retry:{ride}; see
-// redisstore.ParseTimedKey) into io.flagdown.redis.key.expired.v1 CloudEvents on the broker, so that
+// (heartbeats P hb:{driver}, offer locks P offer:{driver}, retry timers P retry:{ride}, batch
+// timers P batch:{name}:{opened}; see redisstore.ParseTimedKey) into io.flagdown.redis.key.expired.v1 CloudEvents on the broker, so that
 // every timeout is acted on within about one sweep interval (200 ms by default, well within the 1 s
 // goal) of its deadline.
 //

@@ -69,7 +69,7 @@ var All = []Invariant{
 	{PendingOfferOverdue, "offers",
 		"a PENDING offer whose window closed more than grace ago: its timeout was neither acted on nor repaired"},
 	{RequestedRideIdle, "rides",
-		"a REQUESTED ride nothing touched for grace with no PENDING offer and no retry timer (none armed in Redis, and none that fired less than grace ago): only reconcile can still move it"},
+		"a REQUESTED ride nothing touched for grace with no PENDING offer, no retry timer (none armed in Redis, and none that fired less than grace ago) and not waiting in an armed batch: only reconcile can still move it"},
 	{OutboxBacklog, "outbox events",
 		"an outbox row still unpublished more than grace after it was written: its event has not reached the broker"},
 	{RidePositionWrongDriver, "rides",

@@ -214,6 +214,11 @@ func (s *Store) Apply(ctx context.Context, fx dispatch.Effects) (ApplyReport, er
 			errs = append(errs, fmt.Errorf("arm retry timer of ride %s: %w", t.RideID, err))
 		}
 	}
+	if len(fx.BatchJoins) > 0 {
+		if _, err := s.JoinBatch(ctx, CityBatch, fx.BatchJoins, s.BatchWindow); err != nil {
+			errs = append(errs, fmt.Errorf("re-join %d rides to the batch: %w", len(fx.BatchJoins), err))
+		}
+	}
 	for _, id := range fx.Misses {
 		if err := s.RecordMiss(ctx, id); err != nil {
 			errs = append(errs, fmt.Errorf("record missed offer of driver %s: %w", id, err))

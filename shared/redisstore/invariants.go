@@ -16,7 +16,8 @@ const verifyChunk = 500
 
 // RetryTimer is what Redis holds of one ride's retry timer (P retry:{ride id}).
 type RetryTimer struct {
-	// Armed reports whether the timer key exists.
+	// Armed reports whether the timer key exists, or the ride waits in the batch (batch matching:
+	// P batchq:{CityBatch}) while the batch timer exists: its window will match it.
 	Armed bool
 	// Deadline is the timer's deadline in the deadlines index (Redis's clock), zero when the index
 	// has no entry. An entry whose key is gone is a timer that fired and whose expiry the expiry
@@ -39,7 +40,10 @@ func (s *Store) RetryTimers(ctx context.Context, rideIDs []string) (now time.Tim
 		ex := make([]*redis.IntCmd, len(chunk))
 		dl := make([]*redis.FloatCmd, len(chunk))
 		fired := make([]*redis.FloatCmd, len(chunk))
+		batched := make([]*redis.FloatCmd, len(chunk))
+		batchArmed := pipe.Exists(ctx, s.batchArmedKey(CityBatch))
 		for i, id := range chunk {
+			batched[i] = pipe.ZScore(ctx, s.batchQueueKey(CityBatch), id)
 			ex[i] = pipe.Exists(ctx, s.retryKey(id))
 			dl[i] = pipe.ZScore(ctx, s.DeadlinesKey(), s.retryKey(id))
 			fired[i] = pipe.ZScore(ctx, s.FiredKey(), s.retryKey(id))
@@ -48,7 +52,8 @@ func (s *Store) RetryTimers(ctx context.Context, rideIDs []string) (now time.Tim
 			return time.Time{}, nil, unavailable(err)
 		}
 		for i := range chunk {
-			t := RetryTimer{Armed: ex[i].Val() == 1}
+			_, inBatch := batched[i].Result()
+			t := RetryTimer{Armed: ex[i].Val() == 1 || (inBatch == nil && batchArmed.Val() == 1)}
 			if sc, err := dl[i].Result(); err == nil {
 				t.Deadline = time.UnixMilli(int64(math.Round(sc)))
 			} else if sc, err := fired[i].Result(); err == nil {

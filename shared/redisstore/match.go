@@ -42,6 +42,44 @@ func (s *Store) Nearby(ctx context.Context, p dispatch.Point, radiusM float64, c
 	return hits, nil
 }
 
+// NearbyQuery is one search of NearbyMany: up to Count available drivers within RadiusM metres of
+// Center.
+type NearbyQuery struct {
+	Center  dispatch.Point
+	RadiusM float64
+	Count   int
+}
+
+// NearbyMany runs Nearby for every query in one pipelined round trip (a batch window's candidate
+// searches) and returns their hits in the order of qs.
+func (s *Store) NearbyMany(ctx context.Context, qs []NearbyQuery) ([][]GeoHit, error) {
+	if len(qs) == 0 {
+		return nil, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.GeoSearchLocationCmd, len(qs))
+	for i, q := range qs {
+		cmds[i] = pipe.GeoSearchLocation(ctx, s.geoKey(), &redis.GeoSearchLocationQuery{
+			GeoSearchQuery: redis.GeoSearchQuery{
+				Longitude: q.Center.Lng, Latitude: q.Center.Lat, Radius: q.RadiusM, RadiusUnit: "m", Sort: "ASC", Count: q.Count,
+			},
+			WithCoord: true, WithDist: true,
+		})
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, unavailable(err)
+	}
+	out := make([][]GeoHit, len(qs))
+	for i, c := range cmds {
+		locs := c.Val()
+		out[i] = make([]GeoHit, len(locs))
+		for k, l := range locs {
+			out[i][k] = GeoHit{DriverID: l.Name, DistanceM: l.Dist, Position: dispatch.Point{Lat: l.Latitude, Lng: l.Longitude}}
+		}
+	}
+	return out, nil
+}
+
 // DriverInfo is what matching needs to know of a candidate beyond his position.
 type DriverInfo struct {
 	// Alive is true while the driver's heartbeat key exists.

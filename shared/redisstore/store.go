@@ -15,6 +15,9 @@
 //	P onride             set of the drivers whose hash holds a ride (reconcile and verify read it)
 //	P offer:{id}         offer lock of a driver, value = the offer as JSON (dispatch.LiveOffer), TTL =
 //	                     offer window
+//	P batch:{name}:{opened}, P batcharmed:{name}, P batchq:{name}, P batchrun:{name}:{deadline}
+//	                     batch matching: a window's timer, the armed marker, the rides waiting, the
+//	                     claim of a closed window (see JoinBatch)
 //	P ridepos:{ride id}  hash lat, lng, ts, driver, ver, pushed (last position push, ms): the live position of the ride's driver while it
 //	                     is ACCEPTED/IN_PROGRESS; only that driver's pings write it, and ver (the ride
 //	                     version that handed it to him) guards it like the epoch guards the hash
@@ -55,13 +58,16 @@ type Store struct {
 	DriverStateTTL time.Duration
 	// MissMemory is how long a missed offer counts against a driver (RecordMiss).
 	MissMemory time.Duration
+	// BatchWindow is the batch timer's TTL when Apply re-joins rides to the batch
+	// (dispatch.Effects.BatchJoins); New sets 2 s.
+	BatchWindow time.Duration
 }
 
-// New returns a Store over rdb with every key under prefix; DriverStateTTL (24 h) and MissMemory
-// (30 min) get their defaults, which the caller may change before first use.
+// New returns a Store over rdb with every key under prefix; DriverStateTTL (24 h), MissMemory
+// (30 min) and BatchWindow (2 s) get their defaults, which the caller may change before first use.
 func New(rdb redis.UniversalClient, prefix string, heartbeatTTL time.Duration, maxSpeedMPS float64) *Store {
 	return &Store{rdb: rdb, prefix: prefix, HeartbeatTTL: heartbeatTTL, MaxSpeedMPS: maxSpeedMPS, RidePosTTL: 2 * time.Hour,
-		DriverStateTTL: 24 * time.Hour, MissMemory: 30 * time.Minute}
+		DriverStateTTL: 24 * time.Hour, MissMemory: 30 * time.Minute, BatchWindow: 2 * time.Second}
 }
 
 // Open parses a redis:// URL and returns a connected client.

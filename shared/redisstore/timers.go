@@ -20,12 +20,15 @@ const (
 	KindOfferLock KeyKind = "offer_lock"
 	// KindRetry: P retry:{ride id}; expiry means it is time to match the ride again.
 	KindRetry KeyKind = "retry"
+	// KindBatch: P batch:{batch name}:{opened ms}; expiry means that batch window closed: the
+	// batch's waiting rides are assigned together (batch matching, see JoinBatch, BatchOfTimer).
+	KindBatch KeyKind = "batch"
 )
 
 var kindPrefixes = []struct {
 	kind KeyKind
 	part string
-}{{KindHeartbeat, "hb:"}, {KindOfferLock, "offer:"}, {KindRetry, "retry:"}}
+}{{KindHeartbeat, "hb:"}, {KindOfferLock, "offer:"}, {KindRetry, "retry:"}, {KindBatch, "batch:"}}
 
 // ParseTimedKey tells the kind and id of a flagdown timed key under prefix. ok is false for any
 // other key (other applications' keys, flagdown keys whose expiry means nothing).

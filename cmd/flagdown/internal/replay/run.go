@@ -63,8 +63,18 @@ type Options struct {
 	Trips []Trip
 	// Drivers is the number of simulated drivers (≥ 1).
 	Drivers int
-	// Minutes is the replayed window in simulated minutes from the first pickup: [first, first+Minutes).
+	// Minutes is the replayed window in simulated minutes, opening SkipMinutes after the file's
+	// first pickup: [first+SkipMinutes, first+SkipMinutes+Minutes).
 	Minutes float64
+	// SkipMinutes is how many simulated minutes of the file, from its first pickup, the window skips
+	// (≥ 0). The trips of those minutes are not replayed; the dropoffs of those that ended before the
+	// window opens place the drivers (StartsDropoffsBefore). DefaultOptions: DefaultSkipMinutes.
+	SkipMinutes float64
+	// MatchMode names the platform's matching mode (FLAGDOWN_MATCH_MODE: "greedy" or "batch") for
+	// the summary. The replay cannot observe it: it is what the replay was told the platform runs
+	// with (flagdown replay: --match-mode, default the FLAGDOWN_MATCH_MODE of its own environment,
+	// which make demo shares with flagdown dev). DefaultOptions: "greedy".
+	MatchMode string
 	// Speedup is simulated seconds per wall second (> 0).
 	Speedup float64
 	// PingInterval is each driver's ping interval, simulated time.
@@ -145,6 +155,8 @@ func DefaultOptions() Options {
 		TripsPath:          "testdata/trips.csv",
 		Drivers:            2000,
 		Minutes:            20,
+		SkipMinutes:        DefaultSkipMinutes,
+		MatchMode:          MatchModeGreedy,
 		Speedup:            8,
 		PingInterval:       4 * time.Second,
 		AcceptProb:         0.9,
@@ -176,6 +188,10 @@ func (o *Options) validate() error {
 		return errors.New("drivers must be ≥ 1")
 	case !(o.Minutes > 0):
 		return errors.New("minutes must be > 0")
+	case !(o.SkipMinutes >= 0) || math.IsInf(o.SkipMinutes, 0):
+		return errors.New("skip-minutes must be ≥ 0")
+	case o.MatchMode != MatchModeGreedy && o.MatchMode != MatchModeBatch:
+		return fmt.Errorf("match-mode %q: want %s or %s", o.MatchMode, MatchModeGreedy, MatchModeBatch)
 	case !(o.Speedup > 0) || math.IsInf(o.Speedup, 0):
 		return errors.New("speedup must be > 0")
 	case o.PingInterval <= 0:
@@ -554,11 +570,13 @@ func Run(ctx context.Context, opts Options, out io.Writer) (*Summary, error) {
 		}
 	}
 	window := time.Duration(opts.Minutes * float64(time.Minute))
-	trips := SelectWindow(all, window)
+	skip := time.Duration(opts.SkipMinutes * float64(time.Minute))
+	trips := SelectWindowAt(all, skip, window)
 	if len(trips) == 0 {
-		return nil, fmt.Errorf("no trips in the window (%d rows read)", len(all))
+		return nil, fmt.Errorf("no trips in the window (%d rows read; the window skips %g min of the file: lower --skip-minutes)", len(all), opts.SkipMinutes)
 	}
-	pool, err := BuildStartPool(all, trips[0].PickupTime, trips[0].PickupTime.Add(window), opts.DriverStarts)
+	opens := WindowStart(all, skip)
+	pool, err := BuildStartPool(all, opens, opens.Add(window), opts.DriverStarts)
 	if err != nil {
 		return nil, err
 	}
@@ -598,8 +616,8 @@ func Run(ctx context.Context, opts Options, out io.Writer) (*Summary, error) {
 		}
 	}
 
-	fmt.Fprintf(out, "replaying %d trips (%s .. +%g min) with %d drivers at %gx against %s (run %s)\n",
-		len(trips), s.t0.Format(time.RFC3339), opts.Minutes, opts.Drivers, opts.Speedup, opts.URL, opts.RunID)
+	fmt.Fprintf(out, "replaying %d trips (%s .. +%g min, %g min of the file skipped) with %d drivers at %gx against %s (run %s, match mode %s)\n",
+		len(trips), opens.Format(time.RFC3339), opts.Minutes, opts.SkipMinutes, opts.Drivers, opts.Speedup, opts.URL, opts.RunID, opts.MatchMode)
 	fmt.Fprintf(out, "drivers start at: %s\n", pool.describe())
 
 	if opts.Push {
@@ -1116,7 +1134,8 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 		DriverSpeedMPS: o.DriverSpeedMPS, DrainS: o.Drain.Seconds(), Seed: o.Seed,
 		Concurrency: o.Concurrency, BatchSize: o.BatchSize, TripsPath: o.TripsPath, URL: o.URL, RunID: o.RunID,
 		VerifyGraceS: o.VerifyGrace.Seconds(), VerifyExamples: map[string][]string{},
-		MatchMode: MatchModeGreedy, DriverStarts: string(o.DriverStarts),
+		WindowSkipMinutes: o.SkipMinutes,
+		MatchMode:         o.MatchMode, DriverStarts: string(o.DriverStarts),
 		DriverStartTripsBefore: s.starts.TripsBefore, DriverStartTripsFallback: s.starts.TripsFallback,
 	}
 	if pingWall > 0 {

@@ -13,9 +13,8 @@ const (
 	// StartsDropoffsBefore (the default) places drivers at the dropoff points of the file's trips that
 	// ended (Trip.DropoffAt) before the replayed window opens: where taxis really were then, with no
 	// knowledge of the demand to come. When no trip ended before the window (always so for a window
-	// that opens at the file's first pickup, as the replay's windows do), it falls back to the
-	// dropoffs of the file's trips picked up outside the window. A point equal to a replayed pickup is
-	// never used.
+	// that opens at the file's first pickup: --skip-minutes 0), it falls back to the dropoffs of the
+	// file's trips picked up outside the window. A point equal to a replayed pickup is never used.
 	StartsDropoffsBefore DriverStarts = "dropoffs-before"
 	// StartsReplayPickups places drivers at the pickup points of the whole file, the replayed pickups
 	// included (what the replay did before dropoffs-before). Optimistic: supply sits where demand will

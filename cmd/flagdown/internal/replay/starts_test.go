@@ -232,3 +232,36 @@ func TestLoadTripsDropoffTimeColumn(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultWindowStartsBeforeIt: with the default --skip-minutes the demo's window has trips that
+// ended before it, so the default placement uses them and never falls back.
+func TestDefaultWindowStartsBeforeIt(t *testing.T) {
+	all := loadReal(t).Trips
+	o := DefaultOptions()
+	skip := time.Duration(o.SkipMinutes * float64(time.Minute))
+	window := time.Duration(o.Minutes * float64(time.Minute))
+	trips := SelectWindowAt(all, skip, window)
+	opens := WindowStart(all, skip)
+	if len(trips) < 1000 || trips[0].PickupTime.Before(opens) || !trips[len(trips)-1].PickupTime.Before(opens.Add(window)) {
+		t.Fatalf("default window from %v: %d trips", opens, len(trips))
+	}
+	if got := len(SelectWindowAt(all, 0, window)); got != len(SelectWindow(all, window)) {
+		t.Fatalf("skip 0: %d trips, SelectWindow %d", got, len(SelectWindow(all, window)))
+	}
+	pool, err := BuildStartPool(all, opens, opens.Add(window), o.DriverStarts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pool.TripsBefore < 1000 || pool.TripsFallback != 0 {
+		t.Fatalf("default pool: before %d fallback %d; want the dropoffs of trips ended before the window", pool.TripsBefore, pool.TripsFallback)
+	}
+	t.Logf("default window %v + %v: %d trips, %d start dropoffs before it", opens, window, len(trips), pool.TripsBefore)
+	for _, mins := range []float64{5, 30} { // make demo REPLAY_ARGS examples still find trips
+		if n := len(SelectWindowAt(all, skip, time.Duration(mins*float64(time.Minute)))); n == 0 {
+			t.Fatalf("--minutes %g: no trips", mins)
+		}
+	}
+	if SelectWindowAt(all, -time.Minute, window) != nil {
+		t.Fatal("negative skip selected trips")
+	}
+}

@@ -187,12 +187,30 @@ func parseDropoffTime(rec []string, col int, pickup time.Time) (time.Time, error
 
 // SelectWindow returns the trips (sorted by pickup time) whose pickup lies in
 // [first pickup, first pickup + window), where window is simulated (= real) time. It returns a
-// sub-slice of trips, keeping their order.
-func SelectWindow(trips []Trip, window time.Duration) []Trip {
-	if len(trips) == 0 || window <= 0 {
+// sub-slice of trips, keeping their order. It is SelectWindowAt(trips, 0, window).
+func SelectWindow(trips []Trip, window time.Duration) []Trip { return SelectWindowAt(trips, 0, window) }
+
+// SelectWindowAt returns the trips (sorted by pickup time) whose pickup lies in
+// [first pickup + skip, first pickup + skip + window) (simulated = real time; skip ≥ 0), a
+// sub-slice of trips keeping their order, and the instant the window opens (zero when trips is
+// empty). Skipping leaves trips before the window whose dropoffs can place the drivers
+// (StartsDropoffsBefore).
+func SelectWindowAt(trips []Trip, skip, window time.Duration) []Trip {
+	if len(trips) == 0 || window <= 0 || skip < 0 {
 		return nil
 	}
-	end := trips[0].PickupTime.Add(window)
+	start := WindowStart(trips, skip)
+	end := start.Add(window)
+	i := sort.Search(len(trips), func(i int) bool { return !trips[i].PickupTime.Before(start) })
 	n := sort.Search(len(trips), func(i int) bool { return !trips[i].PickupTime.Before(end) })
-	return trips[:n]
+	return trips[i:n]
+}
+
+// WindowStart is when a window skipping skip after the first pickup of trips (sorted by pickup
+// time) opens; zero when trips is empty.
+func WindowStart(trips []Trip, skip time.Duration) time.Time {
+	if len(trips) == 0 {
+		return time.Time{}
+	}
+	return trips[0].PickupTime.Add(skip)
 }
