@@ -30,6 +30,7 @@ type phone struct {
 }
 
 type received struct {
+	at  time.Time
 	raw []byte
 	msg struct {
 		ID   string          `json:"id"`
@@ -59,7 +60,7 @@ func dial(t *testing.T, p *platform, name, token string) *phone {
 				return
 			}
 			var r received
-			r.raw = b
+			r.at, r.raw = time.Now(), b
 			if err := json.Unmarshal(b, &r.msg); err != nil {
 				t.Errorf("%s: message is not JSON: %q", name, b)
 			}
@@ -193,8 +194,10 @@ func TestPushEndToEnd(t *testing.T) {
 		"pickup": map[string]float64{"lat": 40.7505, "lng": -73.98}, "dropoff": map[string]float64{"lat": 40.76, "lng": -73.97},
 	}, &created)
 	ride := created.RideID
+	answered := time.Now()
 
 	offer := drv.wait("offer", typed(string(push.TypeOffer), ride))
+	t.Logf("order-create answered → offer on the driver's socket: %v", offer.at.Sub(answered))
 	var o struct {
 		OfferID string `json:"offer_id"`
 		RideID  string `json:"ride_id"`
