@@ -1,0 +1,115 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/flagdown/flagdown/shared/auth"
+	"github.com/flagdown/flagdown/shared/pgstore"
+)
+
+// orderClients is the concurrency of order-create over HTTP and of pgbench (-c).
+const orderClients = 16
+
+// tableBytes returns the total size (heap, indexes, TOAST) and the heap size alone of the rides and
+// outbox tables, bytes.
+func tableBytes(ctx context.Context, db *pgstore.DB) (total, heap int64, err error) {
+	err = db.Pool.QueryRow(ctx, `SELECT pg_total_relation_size('rides') + pg_total_relation_size('outbox'),
+		pg_relation_size('rides') + pg_relation_size('outbox')`).Scan(&total, &heap)
+	return total, heap, err
+}
+
+// orderCreate measures rides/s through the order-create handler over loopback HTTP against pgbench
+// running the same transaction, and PostgreSQL bytes per ride.
+func (r *runner) orderCreate(ctx context.Context) error {
+	st, err := r.openStage(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	dur := 8 * time.Second
+	if r.o.Quick {
+		dur = time.Second
+	}
+	addr, stop, err := serve(r.o.Gateway(st.deps))
+	if err != nil {
+		return err
+	}
+	defer stop()
+	hc := httpClient(orderClients * 2)
+	url := "http://" + addr + "/function/order-create"
+	var seq atomic.Int64
+	cfg := st.cfg
+	bodies := make([][]byte, orderClients)
+	post := func(ctx context.Context, w int) (int, error) {
+		n := int(seq.Add(1))
+		t := r.pick(n)
+		rider := "rider-" + strconv.Itoa(n)
+		// Minting is the client's cost (a few µs), paid here like a rider app's cached token would not be.
+		tok, err := auth.Mint([]byte(cfg.JWTSecret), cfg.JWTIssuer, cfg.JWTAudience, auth.Identity{Subject: rider, Role: auth.RoleRider}, time.Hour)
+		if err != nil {
+			return 0, err
+		}
+		bodies[w] = fmt.Appendf(bodies[w][:0], `{"pickup":{"lat":%v,"lng":%v},"dropoff":{"lat":%v,"lng":%v}}`,
+			t.Pickup.Lat, t.Pickup.Lng, t.Dropoff.Lat, t.Dropoff.Lng)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(bodies[w]))
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			return 0, fmt.Errorf("order-create: %d %.300s", resp.StatusCode, body)
+		}
+		return 1, nil
+	}
+	// Warm the pool and the statement cache so neither run pays connection set-up.
+	if _, err := closedLoop(ctx, orderClients, 300*time.Millisecond, post); err != nil {
+		return err
+	}
+	total0, heap0, err := tableBytes(ctx, st.deps.DB)
+	if err != nil {
+		return err
+	}
+	n0 := seq.Load()
+	rate, err := closedLoop(ctx, orderClients, dur, post)
+	if err != nil {
+		return err
+	}
+	total1, heap1, err := tableBytes(ctx, st.deps.DB)
+	if err != nil {
+		return err
+	}
+	rides := seq.Load() - n0
+	r.log.Info("order-create", "rides/s", int(rate))
+
+	tps, err := pgbenchOrderCreate(ctx, r.o.PGBench, st.cfg.DatabaseURL, st.cfg.DatabaseSchema, orderClients, dur)
+	if err != nil {
+		return err
+	}
+	r.log.Info("pgbench", "tps", int(tps))
+	r.orderCeiling = tps
+	row := Row{Section: "order-create", Name: fmt.Sprintf("HTTP order-create, %d conns", orderClients), Value: rate, Unit: "rides/s",
+		Ceiling: fmt.Sprintf("pgbench same transaction -c %d -M prepared", orderClients), CeilingValue: tps, Target: "ratio ≥ 0.6"}
+	row.Met = met(rate/tps >= 0.6)
+	r.rep.add(row)
+	if rides > 0 {
+		r.rep.add(Row{Section: "memory", Name: "PostgreSQL per ride (rides + outbox, with indexes)",
+			Value: float64(total1-total0) / float64(rides), Unit: "B/ride",
+			Ceiling: "heap alone (no indexes)", CeilingValue: float64(heap1-heap0) / float64(rides),
+			Note: fmt.Sprintf("pg_total_relation_size delta over %d rides; outbox rows unpublished (relay off); published rows are pruned after FLAGDOWN_RETAIN_OUTBOX", rides)})
+	}
+	return nil
+}
