@@ -80,6 +80,9 @@ smoke run of well under a minute (CI); its figures are indicative only.`,
 				return err
 			}
 			rep.WriteText(cmd.OutOrStdout())
+			if o.Quick && !cmd.Flags().Changed("out") {
+				out = ".local/bench" // a smoke run never overwrites the committed docs/bench.md
+			}
 			if out != "" {
 				if err := rep.WriteFiles(out); err != nil {
 					return err
@@ -91,7 +94,7 @@ smoke run of well under a minute (CI); its figures are indicative only.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&o.Quick, "quick", false, "smoke run (CI): every stage shrunk, figures indicative only")
-	f.StringVar(&out, "out", "docs", "folder bench.json and bench.md are written to (empty: none)")
+	f.StringVar(&out, "out", "docs", "folder bench.json and bench.md are written to (empty: none; --quick: .local/bench)")
 	f.StringVar(&o.TripsPath, "trips", o.TripsPath, "trips CSV positions are drawn from")
 	f.StringSliceVar(&stages, "stages", nil, "only these stages (ingest, order-create, match, end-to-end)")
 	f.IntSliceVar(&fleets, "fleets", nil, "match fleet sizes, drivers (default 1000,10000,100000,1000000; quick 1000,10000)")

@@ -192,16 +192,19 @@ func dropStage(d *app.Deps) {
 	ctx := context.Background()
 	_, _ = d.DB.Pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{d.DB.Schema}.Sanitize()+" CASCADE")
 	rdb := d.Redis.Client()
-	iter := rdb.Scan(ctx, 0, d.Config.RedisPrefix+"*", 5000).Iterator()
-	var keys []string
-	for iter.Next(ctx) {
-		if keys = append(keys, iter.Val()); len(keys) == 1000 {
-			rdb.Unlink(ctx, keys...)
-			keys = keys[:0]
+	// The rate limiter (redis_rate) keys its state "rate:" + flagdown's key.
+	for _, match := range []string{d.Config.RedisPrefix + "*", "rate:" + d.Config.RedisPrefix + "*"} {
+		iter := rdb.Scan(ctx, 0, match, 5000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			if keys = append(keys, iter.Val()); len(keys) == 1000 {
+				rdb.Unlink(ctx, keys...)
+				keys = keys[:0]
+			}
 		}
-	}
-	if len(keys) > 0 {
-		rdb.Unlink(ctx, keys...)
+		if len(keys) > 0 {
+			rdb.Unlink(ctx, keys...)
+		}
 	}
 	d.Close()
 }

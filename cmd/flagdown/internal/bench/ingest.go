@@ -76,21 +76,22 @@ func batchJSON(b []byte, pings []redisstore.Ping, single bool) []byte {
 // closedLoop runs work on workers goroutines for dur and returns the units done per second; work
 // returns the units one call did, or an error that stops the run.
 func closedLoop(ctx context.Context, workers int, dur time.Duration, work func(ctx context.Context, w int) (int, error)) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, dur)
-	defer cancel()
+	// Calls in flight at the end finish (their context is not cancelled, so the server sees no
+	// aborted requests); the rate counts the time they took.
+	var stop atomic.Bool
 	var done atomic.Int64
 	var failed atomic.Value
 	var wg sync.WaitGroup
 	t0 := time.Now()
+	timer := time.AfterFunc(dur, func() { stop.Store(true) })
+	defer timer.Stop()
 	for w := range workers {
 		wg.Go(func() {
-			for ctx.Err() == nil {
+			for !stop.Load() && ctx.Err() == nil {
 				n, err := work(ctx, w)
 				if err != nil {
-					if ctx.Err() == nil {
-						failed.Store(err)
-						cancel()
-					}
+					failed.Store(err)
+					stop.Store(true)
 					return
 				}
 				done.Add(int64(n))

@@ -284,7 +284,8 @@ func (r *runner) match(ctx context.Context) error {
 			n, _ := rdb.MemoryUsage(ctx, k).Result()
 			keyBytes += n
 		}
-		n, _ := rdb.MemoryUsage(ctx, prefix+"rl:"+string(ratelimit.Pings)+":"+id).Result()
+		// redis_rate keys its state "rate:" + the limiter's key.
+		n, _ := rdb.MemoryUsage(ctx, "rate:"+prefix+"rl:"+string(ratelimit.Pings)+":"+id).Result()
 		rlBytes += n
 	}
 	geoBytes, _ := rdb.MemoryUsage(ctx, prefix+"geo:available", 0).Result()

@@ -89,13 +89,13 @@ func pgbenchOrderCreate(ctx context.Context, bin, databaseURL, schema string, cl
 		return 0, err
 	}
 	secs := max(1, int(math.Round(dur.Seconds())))
-	// pgbench takes a connection string as its database name; search_path goes in options.
+	// pgbench takes a connection string as its database name; search_path goes in PGOPTIONS.
 	q := u.Query()
-	q.Del("pool_max_conns")
-	q.Set("options", "-c search_path="+schema)
+	q.Del("pool_max_conns") // pgx's, not libpq's
 	u.RawQuery = q.Encode()
 	cmd := exec.CommandContext(ctx, bin, "-n", "-M", "prepared", "-c", strconv.Itoa(clients), "-j", "2",
 		"-T", strconv.Itoa(secs), "-f", script, u.String())
+	cmd.Env = append(os.Environ(), "PGOPTIONS=-c search_path="+schema)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("%s: %v: %s", bin, err, out)
