@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 
@@ -39,7 +40,7 @@ func benchOptions(cfg *config.Config, log *slog.Logger) bench.Options {
 }
 
 func newBenchCmd() *cobra.Command {
-	var out string
+	var out, cpuProfile string
 	var verbose bool
 	var stages []string
 	var fleets []int
@@ -75,6 +76,17 @@ smoke run of well under a minute (CI); its figures are indicative only.`,
 			}
 			o.Config, o.Stages, o.Fleets = cfg, stages, fleets
 			o.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			rep, err := bench.Run(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -102,6 +114,7 @@ smoke run of well under a minute (CI); its figures are indicative only.`,
 	f.StringVar(&o.RedisBenchmark, "redis-benchmark", o.RedisBenchmark, "redis-benchmark binary")
 	f.StringVar(&o.PGBench, "pgbench", o.PGBench, "pgbench binary")
 	f.StringVar(&o.MicroFile, "micro", "", "go test -bench -benchmem output to add as micro rows")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (the handlers and the load generator: one process) to this file")
 	f.BoolVarP(&verbose, "verbose", "v", false, "log failed requests")
 	return cmd
 }

@@ -162,9 +162,10 @@ func (r *runner) endToEnd(ctx context.Context) error {
 				pingWG.Go(func() {
 					defer inflight.Add(-1)
 					t := time.Now()
-					err := post(pingCtx, "location-update", opsTok, body, http.StatusOK)
+					// Not pingCtx: a call in flight when the run stops finishes.
+					err := post(ctx, "location-update", opsTok, body, http.StatusOK)
 					pingLat.add(time.Since(t))
-					if err != nil && pingCtx.Err() == nil {
+					if err != nil {
 						pingsFailed.Add(k)
 						r.log.Debug("ping batch failed", "err", err)
 						return

@@ -21,8 +21,8 @@ import (
 )
 
 // orderCreateSQL is the pgbench script of order-create's transaction: the ride INSERT (with its
-// RETURNING) and the ride.requested outbox row, in one transaction, as pgstore.InsertRide and
-// pgstore.InsertOutbox send them (four round trips: BEGIN, two INSERTs, COMMIT).
+// RETURNING) and the ride.requested outbox row, in one transaction pipelined in one round trip, as
+// pgstore.CreateRide sends them.
 //
 //go:embed ordercreate.sql
 var orderCreateSQL string
