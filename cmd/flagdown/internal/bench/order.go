@@ -84,6 +84,7 @@ func (r *runner) orderCreate(ctx context.Context) error {
 		return err
 	}
 	n0 := seq.Load()
+	c0 := snapshot(ctx, st.deps.Redis.Client())
 	rate, err := closedLoop(ctx, orderClients, dur, post)
 	if err != nil {
 		return err
@@ -93,6 +94,7 @@ func (r *runner) orderCreate(ctx context.Context) error {
 		return err
 	}
 	rides := seq.Load() - n0
+	cpuUs, redisUs := per(c0, snapshot(ctx, st.deps.Redis.Client()), float64(rides))
 	r.log.Info("order-create", "rides/s", int(rate))
 
 	tps, err := pgbenchOrderCreate(ctx, r.o.PGBench, st.cfg.DatabaseURL, st.cfg.DatabaseSchema, orderClients, dur)
@@ -102,7 +104,7 @@ func (r *runner) orderCreate(ctx context.Context) error {
 	r.log.Info("pgbench", "tps", int(tps))
 	r.orderCeiling = tps
 	row := Row{Section: "order-create", Name: fmt.Sprintf("HTTP order-create, %d conns", orderClients), Value: rate, Unit: "rides/s",
-		Ceiling: fmt.Sprintf("pgbench same transaction -c %d -M prepared", orderClients), CeilingValue: tps, Target: "ratio ≥ 0.6"}
+		Ceiling: fmt.Sprintf("pgbench same transaction -c %d -M prepared", orderClients), CeilingValue: tps, Target: "ratio ≥ 0.6", Note: costNote(cpuUs, redisUs, "ride")}
 	row.Met = met(rate/tps >= 0.6)
 	r.rep.add(row)
 	if rides > 0 {
