@@ -84,7 +84,7 @@ func (r *runner) endToEnd(ctx context.Context) error {
 		}
 	}()
 	dur := r.o.StepDuration
-	rates := []float64{25, 50, 75, 100, 150, 200, 300, 400, 600}
+	rates := []float64{25, 50, 75, 100, 125, 150, 200, 300, 400, 600}
 	if r.o.Quick {
 		rates = []float64{5, 10}
 		if dur == 0 {

@@ -27,8 +27,9 @@ type Row struct {
 	Ceiling string `json:"ceiling,omitempty"`
 	// CeilingValue is the ceiling's figure in Unit; 0 when there is none.
 	CeilingValue float64 `json:"ceiling_value,omitempty"`
-	// Ratio is Value / CeilingValue (0 when there is no ceiling). For rates higher is better; for
-	// latencies and sizes it says how many times the raw operation flagdown costs.
+	// Ratio is Value / CeilingValue (0 when there is no ceiling), or, for figures measured in
+	// several rounds, the median of the rounds' ratios. For rates higher is better; for latencies
+	// and sizes it says how many times the raw operation flagdown costs.
 	Ratio float64 `json:"ratio,omitempty"`
 	// Target is the issue's target for this row ("ratio ≥ 0.25", "p99 ≤ 2 ms"), empty when none.
 	Target string `json:"target,omitempty"`
@@ -70,7 +71,7 @@ func met(ok bool) *bool { return &ok }
 
 // add appends a row, computing its ratio.
 func (r *Report) add(row Row) {
-	if row.CeilingValue > 0 && !math.IsNaN(row.Value) && !math.IsInf(row.Value, 0) {
+	if row.Ratio == 0 && row.CeilingValue > 0 && !math.IsNaN(row.Value) && !math.IsInf(row.Value, 0) {
 		row.Ratio = row.Value / row.CeilingValue
 	}
 	r.Rows = append(r.Rows, row)

@@ -27,32 +27,24 @@ import (
 //go:embed ordercreate.sql
 var orderCreateSQL string
 
-// redisBenchmarkGEOADD runs redis-benchmark's GEOADD into key with pipeline depth pipeline and
-// clients connections, about dur long (a calibration run sizes -n), and returns requests/s (one
-// GEOADD of one member per request).
-func redisBenchmarkGEOADD(ctx context.Context, bin string, opt *redis.Options, key string, clients, pipeline int, dur time.Duration) (float64, error) {
-	run := func(n int) (float64, error) {
-		host, port, _ := strings.Cut(opt.Addr, ":")
-		args := []string{"-h", host, "-p", port, "-n", strconv.Itoa(n), "-c", strconv.Itoa(clients),
-			"-P", strconv.Itoa(pipeline), "-r", "1000000", "--csv", "--dbnum", strconv.Itoa(opt.DB)}
-		if opt.Username != "" {
-			args = append(args, "--user", opt.Username)
-		}
-		if opt.Password != "" {
-			args = append(args, "-a", opt.Password)
-		}
-		args = append(args, "GEOADD", key, "-73.98", "40.75", "m:__rand_int__")
-		out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
-		if err != nil {
-			return 0, fmt.Errorf("%s: %v: %s", bin, err, out)
-		}
-		return parseRedisBenchmarkCSV(out)
+// redisBenchmarkGEOADD runs redis-benchmark's GEOADD into key: n requests (one GEOADD of one
+// member each) with pipeline depth pipeline over clients connections; it returns requests/s.
+func redisBenchmarkGEOADD(ctx context.Context, bin string, opt *redis.Options, key string, clients, pipeline, n int) (float64, error) {
+	host, port, _ := strings.Cut(opt.Addr, ":")
+	args := []string{"-h", host, "-p", port, "-n", strconv.Itoa(n), "-c", strconv.Itoa(clients),
+		"-P", strconv.Itoa(pipeline), "-r", "1000000", "--csv", "--dbnum", strconv.Itoa(opt.DB)}
+	if opt.Username != "" {
+		args = append(args, "--user", opt.Username)
 	}
-	probe, err := run(max(10_000, 5_000*pipeline))
+	if opt.Password != "" {
+		args = append(args, "-a", opt.Password)
+	}
+	args = append(args, "GEOADD", key, "-73.98", "40.75", "m:__rand_int__")
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%s: %v: %s", bin, err, out)
 	}
-	return run(max(10_000, int(probe*dur.Seconds())))
+	return parseRedisBenchmarkCSV(out)
 }
 
 // parseRedisBenchmarkCSV returns the rps column of redis-benchmark --csv output.
@@ -131,3 +123,8 @@ func quantile(ms []float64, q float64) float64 {
 }
 
 func durMs(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// median returns the median of v (NaN when empty), without changing v.
+func median(v []float64) float64 {
+	return quantile(slices.Clone(v), 0.5)
+}
