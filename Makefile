@@ -5,14 +5,15 @@
 
 GO ?= go
 REPLAY_ARGS ?= --minutes 20
+BENCH_ARGS ?=
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m
 BENCH_FLAGS ?= -run '^$$' -bench . -benchmem
 PKGS ?= ./...
 
-export GO GOTEST_FLAGS REPLAY_ARGS SERVICES_ARGS CHAOS_ARGS
+export GO GOTEST_FLAGS REPLAY_ARGS SERVICES_ARGS CHAOS_ARGS BENCH_ARGS
 
 .DEFAULT_GOAL := help
-.PHONY: help test dev demo chaos build services services-down services-env fmt vet bench clean
+.PHONY: help test dev demo chaos build services services-down services-env fmt vet bench bench-go clean
 
 help: ## list the targets
 	@echo "flagdown make targets:"
@@ -51,7 +52,10 @@ fmt: ## gofmt -w the Go sources
 vet: ## go vet
 	$(GO) vet $(PKGS)
 
-bench: ## run the benchmarks (uses .local/services.env if present: `make services` first)
+bench: ## services up, the raw ceilings (redis-benchmark, pgbench) and flagdown's figures in one table, as ratios (docs/bench.md; BENCH_ARGS=--quick: smoke run)
+	BENCH_ARGS='$(BENCH_ARGS)' scripts/bench.sh
+
+bench-go: ## every Go benchmark of PKGS with -benchmem (uses .local/services.env if present)
 	@if [ -f .local/services.env ]; then . ./.local/services.env; fi; \
 	echo "$(GO) test $(BENCH_FLAGS) $(PKGS)"; \
 	$(GO) test $(BENCH_FLAGS) $(PKGS)

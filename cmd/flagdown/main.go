@@ -9,6 +9,7 @@
 //	flagdown chaos          replay trips while killing and restarting the platform, Redis and the relay; check nothing was lost
 //	flagdown cron           call an internal endpoint (reconcile) once with the internal credential
 //	flagdown token          mint a client token (HS256 with FLAGDOWN_JWT_SECRET) for local use
+//	flagdown bench          measure flagdown beside the raw ceilings of its Redis and PostgreSQL, as ratios (make bench)
 package main
 
 import (
@@ -28,7 +29,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDevCmd(), newMigrateCmd(), newReplayCmd(), newExpirySourceCmd(), newRelayCmd(), newVerifyCmd(), newChaosCmd(), newCronCmd(), newTokenCmd())
+	root.AddCommand(newDevCmd(), newMigrateCmd(), newReplayCmd(), newExpirySourceCmd(), newRelayCmd(), newVerifyCmd(), newChaosCmd(), newCronCmd(), newTokenCmd(), newBenchCmd())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := root.ExecuteContext(ctx); err != nil {

@@ -277,21 +277,13 @@ func (f *Function) validate(reqs []PingRequest, single bool, id auth.Identity) (
 const RejectedRateLimited = "rate_limited"
 
 // spend charges each driver's ping budget one unit per ping of his in the call and returns the
-// rate_limited error of every driver past it (his pings are not applied). Errors are Redis's.
+// rate_limited error of every driver past it (his pings are not applied), in one Redis round trip.
+// Errors are Redis's.
 func (f *Function) spend(ctx context.Context, pings []redisstore.Ping) (map[string]error, error) {
 	n := map[string]int{}
 	for _, p := range pings {
 		n[p.DriverID]++
 	}
-	limited := map[string]error{}
-	for driver, count := range n {
-		err := f.d.Limiter().Allow(ctx, ratelimit.Pings, driver, "driver_id", count)
-		switch {
-		case dispatch.ErrorCode(err) == dispatch.CodeRateLimited:
-			limited[driver] = err
-		case err != nil:
-			return nil, err
-		}
-	}
-	return limited, nil
+	// One round trip for the whole call (a pipeline), not one per driver.
+	return f.d.Limiter().AllowEach(ctx, ratelimit.Pings, n, "driver_id")
 }

@@ -15,7 +15,6 @@ import (
 	"net/http"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/shared/app"
@@ -170,20 +169,16 @@ func (f *Function) create(ctx context.Context, ride *dispatch.Ride, key string) 
 			return prior, false, err
 		}
 	}
-	err := f.d.DB.Tx(ctx, func(tx pgx.Tx) error {
-		if err := pgstore.InsertRide(ctx, tx, ride, key); err != nil {
-			return err
-		}
-		_, err := pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
-			Type: events.RideRequested, Source: Source, Subject: ride.ID,
-			Data: events.RideRequestedData{
-				RideID: ride.ID, RiderID: ride.RiderID,
-				Pickup:            events.Point{Lat: ride.Pickup.Lat, Lng: ride.Pickup.Lng},
-				Dropoff:           events.Point{Lat: ride.Dropoff.Lat, Lng: ride.Dropoff.Lng},
-				FareEstimateCents: ride.FareEstimateCents, RequestedAt: ride.CreatedAt.UTC(),
-			},
-		})
-		return err
+	// One round trip: the ride and its outbox row in one pipelined batch (one implicit transaction);
+	// requested_at is stamped there with the ride's created_at.
+	_, err := pgstore.CreateRide(ctx, f.d.DB, ride, key, pgstore.OutboxEvent{
+		Type: events.RideRequested, Source: Source, Subject: ride.ID,
+		Data: events.RideRequestedData{
+			RideID: ride.ID, RiderID: ride.RiderID,
+			Pickup:            events.Point{Lat: ride.Pickup.Lat, Lng: ride.Pickup.Lng},
+			Dropoff:           events.Point{Lat: ride.Dropoff.Lat, Lng: ride.Dropoff.Lng},
+			FareEstimateCents: ride.FareEstimateCents,
+		},
 	})
 	switch {
 	case pgstore.IsUniqueViolation(err, "rides_idempotency"):

@@ -25,21 +25,31 @@ type OutboxEvent struct {
 
 // InsertOutbox writes ev in tx and returns the new CloudEvent id (a UUID).
 func InsertOutbox(ctx context.Context, tx pgx.Tx, ev OutboxEvent) (string, error) {
+	id, args, err := outboxArgs(ev)
+	if err != nil {
+		return "", err
+	}
+	if _, err = tx.Exec(ctx, insertOutboxSQL, args...); err != nil {
+		return "", fmt.Errorf("pgstore: insert outbox: %w", err)
+	}
+	return id, nil
+}
+
+const insertOutboxSQL = `INSERT INTO outbox (event_id, type, source, subject, ordering_key, data)
+		VALUES ($1, $2, $3, $4, $5, $6)`
+
+// outboxArgs returns a new event id for ev and the arguments of insertOutboxSQL.
+func outboxArgs(ev OutboxEvent) (string, []any, error) {
 	data, err := json.Marshal(ev.Data)
 	if err != nil {
-		return "", fmt.Errorf("pgstore: outbox data: %w", err)
+		return "", nil, fmt.Errorf("pgstore: outbox data: %w", err)
 	}
 	key := ev.OrderingKey
 	if key == "" {
 		key = ev.Subject
 	}
 	id := uuid.NewString()
-	_, err = tx.Exec(ctx, `INSERT INTO outbox (event_id, type, source, subject, ordering_key, data)
-		VALUES ($1, $2, $3, $4, $5, $6)`, id, ev.Type, ev.Source, ev.Subject, key, data)
-	if err != nil {
-		return "", fmt.Errorf("pgstore: insert outbox: %w", err)
-	}
-	return id, nil
+	return id, []any{id, ev.Type, ev.Source, ev.Subject, key, data}, nil
 }
 
 // eventNamespace is the UUIDv5 namespace of deterministic outbox event ids (OnceID).

@@ -82,15 +82,61 @@ func InsertRide(ctx context.Context, tx pgx.Tx, r *dispatch.Ride, idempotencyKey
 	if idempotencyKey != "" {
 		key = &idempotencyKey
 	}
-	err := tx.QueryRow(ctx, `INSERT INTO rides (id, rider_id, status, pickup_lat, pickup_lng, dropoff_lat, dropoff_lng,
-		fare_estimate_cents, est_distance_m, est_duration_s, idempotency_key)
-		VALUES ($1, $2, 'REQUESTED', $3, $4, $5, $6, $7, $8, $9, $10) RETURNING created_at, match_started_at, version`,
-		r.ID, r.RiderID, r.Pickup.Lat, r.Pickup.Lng, r.Dropoff.Lat, r.Dropoff.Lng,
-		r.FareEstimateCents, r.EstDistanceM, r.EstDurationS, key).Scan(&r.CreatedAt, &r.MatchStartedAt, &r.Version)
+	err := tx.QueryRow(ctx, insertRideSQL, insertRideArgs(r, key)...).Scan(&r.CreatedAt, &r.MatchStartedAt, &r.Version)
 	if IsUniqueViolation(err, "rides_idempotency") {
 		return err // the caller looks the ride up
 	}
 	return pgErr(err)
+}
+
+const insertRideSQL = `INSERT INTO rides (id, rider_id, status, pickup_lat, pickup_lng, dropoff_lat, dropoff_lng,
+		fare_estimate_cents, est_distance_m, est_duration_s, idempotency_key)
+		VALUES ($1, $2, 'REQUESTED', $3, $4, $5, $6, $7, $8, $9, $10) RETURNING created_at, match_started_at, version`
+
+func insertRideArgs(r *dispatch.Ride, key *string) []any {
+	return []any{r.ID, r.RiderID, r.Pickup.Lat, r.Pickup.Lng, r.Dropoff.Lat, r.Dropoff.Lng,
+		r.FareEstimateCents, r.EstDistanceM, r.EstDurationS, key}
+}
+
+// CreateRide inserts r (status REQUESTED, as InsertRide) and its ride.requested outbox event ev in
+// one transaction and one round trip: both INSERTs go in one pipelined batch, which PostgreSQL runs
+// as one implicit transaction (committed at the batch's Sync, rolled back whole if either fails).
+// ev.Data must marshal to a JSON object; its requested_at member is set to the transaction's
+// now(), which is the ride's created_at (the column's default), as r.CreatedAt is on return. It
+// returns the outbox event id. Errors are InsertRide's (the raw unique violation of
+// rides_idempotency, the rider_has_open_ride conflict, ...), or the outbox INSERT's.
+func CreateRide(ctx context.Context, db *DB, r *dispatch.Ride, idempotencyKey string, ev OutboxEvent) (string, error) {
+	var key *string
+	if idempotencyKey != "" {
+		key = &idempotencyKey
+	}
+	id, args, err := outboxArgs(ev)
+	if err != nil {
+		return "", err
+	}
+	b := &pgx.Batch{}
+	b.Queue(insertRideSQL, insertRideArgs(r, key)...)
+	b.Queue(`INSERT INTO outbox (event_id, type, source, subject, ordering_key, data)
+		VALUES ($1, $2, $3, $4, $5, jsonb_set($6::jsonb, '{requested_at}', to_jsonb(now())))`, args...)
+	br := db.Pool.SendBatch(ctx, b)
+	err = br.QueryRow().Scan(&r.CreatedAt, &r.MatchStartedAt, &r.Version)
+	if err == nil {
+		if _, err = br.Exec(); err != nil {
+			err = fmt.Errorf("pgstore: insert outbox: %w", err)
+		}
+	}
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr // the commit at Sync
+	}
+	switch {
+	case err == nil:
+		return id, nil
+	case IsUniqueViolation(err, "rides_idempotency"):
+		return "", err // the caller looks the ride up
+	case errors.As(err, new(*pgconn.PgError)):
+		return "", pgErr(err)
+	}
+	return "", dispatch.Unavailable("postgres", err)
 }
 
 // RideByIdempotencyKey returns the ride riderID created with key, or nil.

@@ -40,6 +40,7 @@ type Limits struct {
 // Limiter checks budgets; one per process, safe for concurrent use.
 type Limiter struct {
 	rl     *redis_rate.Limiter
+	rdb    redis.UniversalClient
 	prefix string
 	limits map[Kind]redis_rate.Limit
 }
@@ -53,7 +54,7 @@ func New(rdb redis.UniversalClient, prefix string, l Limits) *Limiter {
 	if l.PingsPerMin > 0 {
 		limits[Pings] = redis_rate.PerMinute(l.PingsPerMin)
 	}
-	return &Limiter{rl: redis_rate.NewLimiter(rdb), prefix: prefix, limits: limits}
+	return &Limiter{rl: redis_rate.NewLimiter(rdb), rdb: rdb, prefix: prefix, limits: limits}
 }
 
 // Allow spends n units of id's budget of kind. It returns nil when allowed; a CodeRateLimited
@@ -64,23 +65,32 @@ func (l *Limiter) Allow(ctx context.Context, kind Kind, id, field string, n int)
 	if !ok || l == nil {
 		return nil
 	}
-	res, err := l.rl.AllowN(ctx, l.prefix+"rl:"+string(kind)+":"+id, lim, n)
+	res, err := l.rl.AllowN(ctx, l.key(kind, id), lim, n)
 	if err != nil {
 		return dispatch.Unavailable("redis", err)
 	}
 	if res.Allowed >= n {
 		return nil
 	}
-	wait := res.RetryAfter
+	return refused(kind, lim.Burst, lim.Period, field, res.RetryAfter)
+}
+
+// key is id's budget key of kind (redis_rate prefixes it with "rate:").
+func (l *Limiter) key(kind Kind, id string) string { return l.prefix + "rl:" + string(kind) + ":" + id }
+
+// refused is the CodeRateLimited error of a spent budget of burst units per period: retry in
+// wait (negative when the request is larger than the whole burst: one period), whole seconds, at
+// least 1.
+func refused(kind Kind, burst int, period time.Duration, field string, wait time.Duration) error {
 	if wait < 0 { // n is larger than the whole burst: it can never pass at once
-		wait = lim.Period
+		wait = period
 	}
 	secs := int(math.Ceil(wait.Seconds()))
 	if secs < 1 {
 		secs = 1
 	}
 	return (&dispatch.Error{Code: dispatch.CodeRateLimited, Field: field,
-		Message: fmt.Sprintf("%s: at most %d %s per %s; retry in %d s", field, lim.Burst, kind, lim.Period, secs)}).
+		Message: fmt.Sprintf("%s: at most %d %s per %s; retry in %d s", field, burst, kind, period, secs)}).
 		With("retry_after_s", secs)
 }
 

@@ -68,3 +68,40 @@ func TestABatchLargerThanTheBurstIsRefusedWithoutSpending(t *testing.T) {
 		t.Errorf("10 pings after the refused batch: %v, want allowed (nothing was spent)", err)
 	}
 }
+
+// AllowEach spends many budgets in one round trip with the same script and keys as Allow: a budget
+// spent by one is spent for the other, and only the ids past their budget are refused.
+func TestAllowEachSharesBudgetsWithAllow(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testkit.Redis(t)
+	l := ratelimit.New(rdb, prefix, ratelimit.Limits{PingsPerMin: 3})
+	ctx := t.Context()
+	if err := l.Allow(ctx, ratelimit.Pings, "d-1", "driver_id", 2); err != nil {
+		t.Fatalf("Allow d-1: %v", err)
+	}
+	limited, err := l.AllowEach(ctx, ratelimit.Pings, map[string]int{"d-1": 2, "d-2": 3, "d-3": 1}, "driver_id")
+	if err != nil {
+		t.Fatalf("AllowEach: %v", err)
+	}
+	if len(limited) != 1 || limited["d-1"] == nil {
+		t.Fatalf("limited = %v, want only d-1 (2 of 3 spent by Allow, 2 more asked)", limited)
+	}
+	e := dispatch.AsError(limited["d-1"])
+	if e.Code != dispatch.CodeRateLimited || e.Field != "driver_id" || ratelimit.RetryAfter(e) < time.Second {
+		t.Errorf("d-1 refusal = %+v, want rate_limited on driver_id with a Retry-After of at least 1 s", e)
+	}
+	// d-1 was refused, so nothing of his was spent: one unit is left.
+	if err := l.Allow(ctx, ratelimit.Pings, "d-1", "driver_id", 1); err != nil {
+		t.Errorf("Allow d-1 after the refused batch: %v, want allowed (the refusal spent nothing)", err)
+	}
+	// d-2 spent his whole budget in the batch.
+	if err := l.Allow(ctx, ratelimit.Pings, "d-2", "driver_id", 1); dispatch.ErrorCode(err) != dispatch.CodeRateLimited {
+		t.Errorf("Allow d-2 after the batch: %v, want rate_limited", err)
+	}
+	t.Run("a kind with limit 0 is unlimited", func(t *testing.T) {
+		limited, err := l.AllowEach(ctx, ratelimit.RideRequests, map[string]int{"r-1": 1000}, "rider_id")
+		if err != nil || len(limited) != 0 {
+			t.Errorf("AllowEach rides = %v, %v; want nothing limited", limited, err)
+		}
+	})
+}

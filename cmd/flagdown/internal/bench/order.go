@@ -1,0 +1,131 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/flagdown/flagdown/shared/auth"
+	"github.com/flagdown/flagdown/shared/pgstore"
+)
+
+// orderClients is the concurrency of order-create over HTTP and of pgbench (-c).
+const orderClients = 16
+
+// tableBytes returns the total size (heap, indexes, TOAST) and the heap size alone of the rides and
+// outbox tables, bytes.
+func tableBytes(ctx context.Context, db *pgstore.DB) (total, heap int64, err error) {
+	err = db.Pool.QueryRow(ctx, `SELECT pg_total_relation_size('rides') + pg_total_relation_size('outbox'),
+		pg_relation_size('rides') + pg_relation_size('outbox')`).Scan(&total, &heap)
+	return total, heap, err
+}
+
+// orderCreate measures rides/s through the order-create handler over loopback HTTP against pgbench
+// running the same transaction, and PostgreSQL bytes per ride.
+func (r *runner) orderCreate(ctx context.Context) error {
+	st, err := r.openStage(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	dur, rounds := 3*time.Second, 3
+	if r.o.Quick {
+		dur, rounds = time.Second, 1
+	}
+	addr, stop, err := serve(r.o.Gateway(st.deps))
+	if err != nil {
+		return err
+	}
+	defer stop()
+	hc := httpClient(orderClients * 2)
+	url := "http://" + addr + "/function/order-create"
+	var seq atomic.Int64
+	cfg := st.cfg
+	bodies := make([][]byte, orderClients)
+	post := func(ctx context.Context, w int) (int, error) {
+		n := int(seq.Add(1))
+		t := r.pick(n)
+		rider := "rider-" + strconv.Itoa(n)
+		// Minting is the client's cost (a few µs), paid here like a rider app's cached token would not be.
+		tok, err := auth.Mint([]byte(cfg.JWTSecret), cfg.JWTIssuer, cfg.JWTAudience, auth.Identity{Subject: rider, Role: auth.RoleRider}, time.Hour)
+		if err != nil {
+			return 0, err
+		}
+		bodies[w] = fmt.Appendf(bodies[w][:0], `{"pickup":{"lat":%v,"lng":%v},"dropoff":{"lat":%v,"lng":%v}}`,
+			t.Pickup.Lat, t.Pickup.Lng, t.Dropoff.Lat, t.Dropoff.Lng)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(bodies[w]))
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			return 0, fmt.Errorf("order-create: %d %.300s", resp.StatusCode, body)
+		}
+		return 1, nil
+	}
+	// Warm the pool and the statement cache so neither run pays connection set-up.
+	if _, err := closedLoop(ctx, orderClients, 300*time.Millisecond, post); err != nil {
+		return err
+	}
+	// Rounds: the handler, then pgbench right after it, so a change of the machine's load hits
+	// both; the table gives medians and the median of the rounds' ratios. Bytes per ride are
+	// measured over the handler's rides only.
+	var rates, tpss, ratios, cpus, reds []float64
+	var rides int64
+	var grownTotal, grownHeap int64 // bytes the tables grew by during the handler's runs
+	for round := range rounds {
+		n0 := seq.Load()
+		c0 := snapshot(ctx, st.deps.Redis.Client())
+		t0, h0, err := tableBytes(ctx, st.deps.DB)
+		if err != nil {
+			return err
+		}
+		rate, err := closedLoop(ctx, orderClients, dur, post)
+		if err != nil {
+			return err
+		}
+		t1, h1, err := tableBytes(ctx, st.deps.DB)
+		if err != nil {
+			return err
+		}
+		n := seq.Load() - n0
+		cpuUs, redisUs := per(c0, snapshot(ctx, st.deps.Redis.Client()), float64(n))
+		tps, err := pgbenchOrderCreate(ctx, r.o.PGBench, st.cfg.DatabaseURL, st.cfg.DatabaseSchema, orderClients, dur)
+		if err != nil {
+			return err
+		}
+		rides, grownTotal, grownHeap = rides+n, grownTotal+t1-t0, grownHeap+h1-h0
+		rates, tpss, ratios = append(rates, rate), append(tpss, tps), append(ratios, rate/tps)
+		cpus, reds = append(cpus, cpuUs), append(reds, redisUs)
+		r.log.Info("order-create round", "round", round+1, "rides/s", int(rate), "pgbench_tps", int(tps))
+	}
+	r.orderCeiling = median(tpss)
+	ratio := median(ratios)
+	note := costNote(median(cpus), median(reds), "ride")
+	if len(ratios) > 1 {
+		note += fmt.Sprintf("; %d rounds, ratio %.3g–%.3g", len(ratios), slices.Min(ratios), slices.Max(ratios))
+	}
+	r.rep.add(Row{Section: "order-create", Name: fmt.Sprintf("HTTP order-create, %d conns", orderClients), Value: median(rates), Unit: "rides/s",
+		Ceiling: fmt.Sprintf("pgbench same transaction -c %d -M prepared", orderClients), CeilingValue: r.orderCeiling,
+		Ratio: ratio, Target: "ratio ≥ 0.6", Met: met(ratio >= 0.6), Note: note})
+	if rides > 0 {
+		r.rep.add(Row{Section: "memory", Name: "PostgreSQL per ride (rides + outbox, with indexes)",
+			Value: float64(grownTotal) / float64(rides), Unit: "B/ride",
+			Ceiling: "heap alone (no indexes)", CeilingValue: float64(grownHeap) / float64(rides),
+			Note: fmt.Sprintf("pg_total_relation_size delta over %d rides; outbox rows unpublished (relay off); published rows are pruned after FLAGDOWN_RETAIN_OUTBOX", rides)})
+	}
+	return nil
+}
