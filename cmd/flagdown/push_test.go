@@ -205,6 +205,13 @@ func TestPushEndToEnd(t *testing.T) {
 	if err := json.Unmarshal(offer.msg.Data, &o); err != nil || o.RideID != ride || o.OfferID == "" || offer.msg.ID != "offer-"+o.OfferID {
 		t.Fatalf("offer message %s", offer.raw)
 	}
+	// A phone that loses its socket while it holds an offer gets it again on sync, with the same id.
+	drv.close()
+	waitConnected(push.User{Role: auth.RoleDriver, ID: "d-push"}, 0)
+	drv = dial(t, p, "driver after a tunnel", driverTok)
+	if again := drv.wait("offer after sync", typed(string(push.TypeOffer), ride)); again.msg.ID != offer.msg.ID {
+		t.Errorf("offer after reconnect has id %q, the pushed one %q", again.msg.ID, offer.msg.ID)
+	}
 	call(t, p, http.MethodPost, "/function/accept", driverTok, map[string]string{"ride_id": ride}, nil)
 	rdr.wait("ride.status ACCEPTED", status(ride, "ACCEPTED"))
 
