@@ -31,6 +31,7 @@ import (
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/lifecycle"
+	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
@@ -89,7 +90,8 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.h.Serve
 // longer REQUESTED or already has a live offer). In batch mode a ride event instead puts the ride
 // into the batch (OutcomeJoined); a match.batch.due event runs its window in either mode (RunBatch),
 // so rides still waiting when the mode is switched back to greedy are matched.
-func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
+func (f *Function) Handle(ctx context.Context, e event.Event) (outcome string, err error) {
+	defer observeMatch(time.Now(), &outcome, &err)
 	if e.Type() == events.MatchBatchDue {
 		return f.RunBatch(ctx, e)
 	}
@@ -113,7 +115,7 @@ func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
 		}
 		return o, note, err
 	}
-	outcome, err := f.lc.Match(ctx, e.Subject(), ref, pick)
+	outcome, err = f.lc.Match(ctx, e.Subject(), ref, pick)
 	if err == nil && outcome == OutcomeOffered && live != nil {
 		f.pushOffer(ctx, *live, driverID)
 	}
@@ -236,4 +238,15 @@ func Radii(base []float64, attempts int) []float64 {
 		out = append(out, 4*last)
 	}
 	return out
+}
+
+// observeMatch counts one handled event in metrics.MatchOutcomes and times it in
+// metrics.MatchDuration under its outcome ("error" when it failed).
+func observeMatch(start time.Time, outcome *string, err *error) {
+	o := *outcome
+	if *err != nil {
+		o = "error"
+	}
+	metrics.MatchOutcomes.WithLabelValues(o).Inc()
+	metrics.MatchDuration.WithLabelValues(o).Observe(metrics.Since(start))
 }
