@@ -40,9 +40,10 @@ func sample(text, series string) (float64, bool) {
 }
 
 // TestMetricsThroughThePlatform: after real requests through the gateway (a driver online, a ride
-// requested and matched by the broker's trigger, a client without a token), the gateway's /metrics
-// counts them per function and status code and shows the ping, the relay, the trigger delivery, the
-// match outcome and the fleet gauges of this platform's own schema and Redis prefix.
+// requested, matched by the broker's trigger and accepted, a client without a token), the gateway's
+// /metrics counts them per function and status code and shows the ping, the relay, the trigger
+// delivery, the match outcome, the accepted offer and the fleet gauges of this platform's own
+// schema and Redis prefix.
 func TestMetricsThroughThePlatform(t *testing.T) {
 	p := startTestPlatform(t)
 	id := testkit.ID()
@@ -60,9 +61,12 @@ func TestMetricsThroughThePlatform(t *testing.T) {
 	}
 	before, _ := sample(text, `flagdown_match_outcomes_total{outcome="offered"}`)
 
+	var ride struct {
+		RideID string `json:"ride_id"`
+	}
 	if s := post(t, p, auth.RoleRider, rider, "/function/order-create", map[string]any{
 		"pickup": map[string]float64{"lat": 40.7549, "lng": -73.9840}, "dropoff": map[string]float64{"lat": 40.7306, "lng": -73.9866},
-	}, nil); s != http.StatusAccepted {
+	}, &ride); s != http.StatusAccepted {
 		t.Fatalf("order-create: %d", s)
 	}
 	resp, err := http.Get("http://" + p.Addr() + "/function/ride/00000000-0000-0000-0000-000000000000")
@@ -81,6 +85,14 @@ func TestMetricsThroughThePlatform(t *testing.T) {
 			t.Fatalf("no offered match counted within 15 s:\n%s", grepFlagdown(text))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	accepted, _ := sample(text, `flagdown_offer_responses_total{result="accepted"}`)
+	if s := post(t, p, auth.RoleDriver, driver, "/function/accept", map[string]any{"ride_id": ride.RideID}, nil); s != http.StatusOK {
+		t.Fatalf("accept: %d", s)
+	}
+	text = scrape(t, p)
+	if v, _ := sample(text, `flagdown_offer_responses_total{result="accepted"}`); v != accepted+1 {
+		t.Errorf("offers accepted = %v after an accept, want %v", v, accepted+1)
 	}
 	for _, series := range []string{
 		`flagdown_http_requests_total{code="200",function="location-update"}`,
