@@ -41,16 +41,17 @@ var (
 		Buckets: latencyBuckets,
 	}, []string{"function", "code"})
 
-	// MatchOutcomes counts match events handled, by outcome (offered, no_driver, unmatched,
-	// duplicate, not_needed, joined, ...).
+	// MatchOutcomes counts rides the match function handled, by outcome (offered, no_driver,
+	// unmatched, duplicate, not_needed, joined, error; deferred in a batch window).
 	MatchOutcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flagdown_match_outcomes_total",
-		Help: "Match events handled, by outcome (offered, no_driver, unmatched, duplicate, not_needed, joined, error, ...).",
+		Help: "Rides handled by match, by outcome (offered, no_driver, unmatched, duplicate, not_needed, joined, deferred, error).",
 	}, []string{"outcome"})
-	// MatchDuration is the time the match function takes for one event, by outcome.
+	// MatchDuration is the time the match function takes for one ride event, by outcome, or for one
+	// batch window run (outcome batch).
 	MatchDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "flagdown_match_duration_seconds",
-		Help:    "Time to handle one match event, by outcome.",
+		Help:    "Time to handle one match event, by outcome (batch: one batch window run).",
 		Buckets: latencyBuckets,
 	}, []string{"outcome"})
 
