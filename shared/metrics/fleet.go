@@ -17,8 +17,8 @@ type Fleet struct {
 	OutboxLag time.Duration
 }
 
-// FleetReader reads a Fleet; each field it cannot read it reports through its error, and the
-// collector then leaves that scrape's gauges out.
+// FleetReader reads a Fleet. When it returns an error the collector reports it to the scrape and
+// serves none of the three gauges that time (never zeros in their place).
 type FleetReader func(ctx context.Context) (Fleet, error)
 
 var (
