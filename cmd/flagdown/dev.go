@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/flagdown/flagdown/cmd/flagdown/internal/wsgateway"
@@ -24,6 +25,7 @@ import (
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/expiry"
 	"github.com/flagdown/flagdown/shared/internalauth"
+	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/outbox"
 	"github.com/flagdown/flagdown/shared/pgstore"
 	"github.com/flagdown/flagdown/shared/push"
@@ -185,7 +187,10 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 	if p.broker, err = broker.Connect(ctx, p.natsURL, cfg.NATSStream, cfg.SubjectPrefix); err != nil {
 		return nil, err
 	}
-	mux.Handle("/", gateway(p.deps))
+	// The fleet gauges are read on scrape, by this long-running process only (never per function call).
+	fleet := prometheus.NewRegistry()
+	fleet.MustRegister(metrics.NewFleetCollector(p.deps.Fleet, 2*time.Second))
+	mux.Handle("/", gateway(p.deps, fleet))
 	p.srv = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	accept "github.com/flagdown/flagdown/functions/accept"
 	devices "github.com/flagdown/flagdown/functions/devices"
 	expirynotification "github.com/flagdown/flagdown/functions/expiry-notification"
@@ -21,6 +23,7 @@ import (
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/internalauth"
+	"github.com/flagdown/flagdown/shared/metrics"
 )
 
 // functionSet is every function the platform serves, by the name in its gateway path
@@ -83,11 +86,13 @@ func callInternal(ctx context.Context, hc *http.Client, url string, keys *intern
 }
 
 // gateway mounts every function under /function/<name> like the OpenFaaS gateway: the function
-// sees the rest of the path (/function/ride/{id}/start reaches ride as /{id}/start).
-func gateway(d *app.Deps) *http.ServeMux {
+// sees the rest of the path (/function/ride/{id}/start reaches ride as /{id}/start). Each function's
+// requests are counted and timed under its name (httpx.Instrument); GET /metrics serves them with
+// the platform's own families (extra: the fleet gauges).
+func gateway(d *app.Deps, extra ...prometheus.Gatherer) *http.ServeMux {
 	mux := http.NewServeMux()
 	for _, fn := range functionSet {
-		h := fn.build(d)
+		h := httpx.Instrument(fn.name, fn.build(d))
 		prefix := "/function/" + fn.name
 		mux.Handle(prefix, http.StripPrefix(prefix, h))
 		mux.Handle(prefix+"/", http.StripPrefix(prefix, h))
@@ -95,6 +100,7 @@ func gateway(d *app.Deps) *http.ServeMux {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, d.Log, dispatch.NotFound("function or path", r.URL.Path))
 	})
+	mux.Handle("GET /metrics", metrics.Handler(extra...))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))

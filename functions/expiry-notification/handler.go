@@ -14,6 +14,7 @@ package function
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/flagdown/flagdown/shared/cloudevent"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/lifecycle"
+	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
@@ -68,6 +70,9 @@ func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
 	kind, id, ok := redisstore.ParseTimedKey(f.d.Redis.Prefix(), e.Subject())
 	if !ok {
 		return OutcomeIgnored, nil
+	}
+	if data.DeadlineMs > 0 {
+		metrics.TimerLateness.WithLabelValues(string(kind)).Observe(metrics.Since(time.UnixMilli(data.DeadlineMs)))
 	}
 	ref := &lifecycle.EventRef{Consumer: Consumer, Source: e.Source(), ID: e.ID()}
 	var out lifecycle.Outcome

@@ -25,6 +25,7 @@ import (
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
+	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/push"
 	"github.com/flagdown/flagdown/shared/ratelimit"
 	"github.com/flagdown/flagdown/shared/redisstore"
@@ -131,12 +132,14 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		for i, j := 0, 0; i < len(pings); i++ {
 			if limited[pings[i].DriverID] != nil {
 				out[i] = PingResponse{DriverID: pings[i].DriverID, Rejected: RejectedRateLimited}
+				metrics.Pings.WithLabelValues(RejectedRateLimited).Inc()
 				continue
 			}
 			res := results[j]
 			p := apply[j]
 			j++
 			out[i] = PingResponse{DriverID: pings[i].DriverID, Applied: res.Applied, Rejected: res.Rejected, Status: res.Status, Offer: res.Offer}
+			observePing(res)
 			if res.PushRide != "" {
 				ups = append(ups, push.PositionUpdate{At: p.At, Data: push.DriverPosition{
 					RideID: res.PushRide, DriverID: p.DriverID, Position: p.Position, HeadingDeg: p.HeadingDeg}})
@@ -286,4 +289,14 @@ func (f *Function) spend(ctx context.Context, pings []redisstore.Ping) (map[stri
 	}
 	// One round trip for the whole call (a pipeline), not one per driver.
 	return f.d.Limiter().AllowEach(ctx, ratelimit.Pings, n, "driver_id")
+}
+
+// observePing counts one ping the store judged in metrics.Pings: applied, or its rejection (stale,
+// gps_jump).
+func observePing(res redisstore.PingResult) {
+	result := "applied"
+	if !res.Applied {
+		result = res.Rejected
+	}
+	metrics.Pings.WithLabelValues(result).Inc()
 }

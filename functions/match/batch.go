@@ -51,7 +51,9 @@ func (f *Function) RunBatch(ctx context.Context, e event.Event) (string, error) 
 		return "", dispatch.Invalid("data.deadline_ms", "must be > 0")
 	}
 	ref := &lifecycle.EventRef{Consumer: Consumer, Source: e.Source(), ID: e.ID()}
+	start := time.Now()
 	rep, dup, err := f.Batch(ctx, data.Batch, data.DeadlineMs, ref)
+	observeBatch(start, rep, dup, err)
 	if dup {
 		return OutcomeDuplicate, err
 	}

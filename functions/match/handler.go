@@ -31,6 +31,7 @@ import (
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/lifecycle"
+	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
@@ -89,10 +90,11 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.h.Serve
 // longer REQUESTED or already has a live offer). In batch mode a ride event instead puts the ride
 // into the batch (OutcomeJoined); a match.batch.due event runs its window in either mode (RunBatch),
 // so rides still waiting when the mode is switched back to greedy are matched.
-func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
+func (f *Function) Handle(ctx context.Context, e event.Event) (outcome string, err error) {
 	if e.Type() == events.MatchBatchDue {
-		return f.RunBatch(ctx, e)
+		return f.RunBatch(ctx, e) // observes its rides' outcomes (observeBatch)
 	}
+	defer observeMatch(time.Now(), &outcome, &err)
 	if err := dispatch.ValidateRideID("subject", e.Subject()); err != nil {
 		return "", err
 	}
@@ -113,7 +115,7 @@ func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
 		}
 		return o, note, err
 	}
-	outcome, err := f.lc.Match(ctx, e.Subject(), ref, pick)
+	outcome, err = f.lc.Match(ctx, e.Subject(), ref, pick)
 	if err == nil && outcome == OutcomeOffered && live != nil {
 		f.pushOffer(ctx, *live, driverID)
 	}
@@ -236,4 +238,36 @@ func Radii(base []float64, attempts int) []float64 {
 		out = append(out, 4*last)
 	}
 	return out
+}
+
+// observeMatch counts one handled ride event in metrics.MatchOutcomes and times it in
+// metrics.MatchDuration under its outcome ("error" when it failed).
+func observeMatch(start time.Time, outcome *string, err *error) {
+	o := *outcome
+	if *err != nil {
+		o = "error"
+	}
+	metrics.MatchOutcomes.WithLabelValues(o).Inc()
+	metrics.MatchDuration.WithLabelValues(o).Observe(metrics.Since(start))
+}
+
+// observeBatch counts the rides of one batch window run by their outcome in metrics.MatchOutcomes
+// (the report's counts; "deferred" for rides left to the next window) and times the whole run in
+// metrics.MatchDuration under "batch" ("duplicate" for a window run already, "error" when it
+// failed). The report's text is never a label: it holds counts.
+func observeBatch(start time.Time, rep BatchReport, dup bool, err error) {
+	for o, n := range map[string]int{
+		OutcomeOffered: rep.Offered, OutcomeNoDriver: rep.NoDriver, "deferred": rep.Deferred,
+		OutcomeUnmatched: rep.Unmatched, OutcomeNotNeeded: rep.NotNeeded, OutcomeDuplicate: rep.Duplicate,
+	} {
+		metrics.MatchOutcomes.WithLabelValues(o).Add(float64(n))
+	}
+	o := "batch"
+	switch {
+	case err != nil:
+		o = "error"
+	case dup:
+		o = OutcomeDuplicate
+	}
+	metrics.MatchDuration.WithLabelValues(o).Observe(metrics.Since(start))
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/lifecycle"
+	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/pgstore"
 )
 
@@ -74,6 +75,18 @@ type Report struct {
 	PrunedProcessedEvents int64 `json:"pruned_processed_events"`
 	PrunedOutbox          int64 `json:"pruned_outbox"`
 	PrunedOffers          int64 `json:"pruned_offers"`
+}
+
+// observeRepairs adds a run's repairs to metrics.ReconcileRepairs, one kind per Report field (its
+// JSON name).
+func observeRepairs(rep *Report) {
+	for kind, n := range map[string]int{
+		"offers_expired": rep.OffersExpired, "drivers_offline": rep.DriversOffline,
+		"assignments_repaired": rep.AssignmentsRepaired, "active_drivers_offline": rep.ActiveDriversOffline,
+		"rides_retried": rep.RidesRetried, "outbox_unpublished": rep.OutboxUnpublished,
+	} {
+		metrics.ReconcileRepairs.WithLabelValues(kind).Add(float64(n))
+	}
 }
 
 // Total is the number of repairs (pruning is not a repair).
@@ -132,6 +145,7 @@ func (f *Function) Run(ctx context.Context) (Report, error) {
 		f.expireOverdueOffers, f.offlineWithoutHeartbeat, f.repairAssignments, f.activeWithoutHeartbeat,
 		f.retryIdleRides, f.wakeRelays, f.prune,
 	}
+	defer observeRepairs(&rep) // a failed run's repairs happened too
 	for _, step := range steps {
 		if err := step(ctx, &rep); err != nil {
 			return rep, err

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,7 +22,8 @@ import (
 // TestBuildContexts lays out, for every stack.yml function, the build context faas-cli would create
 // and builds it with the template's build step offline (GOPROXY=off, -mod=readonly: go.sum must be
 // complete). Each binary is then started the way a platform starts it — PORT set, credentials only
-// as files in a secrets folder — and must answer /_/health and /_/ready (real PostgreSQL and Redis).
+// as files in a secrets folder — and must answer /_/health and /_/ready (real PostgreSQL and Redis),
+// and count a request to the function on /metrics under its name.
 func TestBuildContexts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every function image's binary")
@@ -61,13 +64,14 @@ func TestBuildContexts(t *testing.T) {
 			if err := deploycheck.Build(dir, bin, deploycheck.OfflineEnv, &out, &out); err != nil {
 				t.Fatalf("%v\n%s", err, out.String())
 			}
-			serve(t, bin, secrets)
+			serve(t, bin, secrets, n)
 		})
 	}
 }
 
-// serve starts bin like a platform would and checks its probes.
-func serve(t *testing.T, bin, secrets string) {
+// serve starts bin like a platform would (as Knative names it: K_SERVICE=name), checks its probes,
+// then sends the function one request and finds it counted on /metrics.
+func serve(t *testing.T, bin, secrets, name string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -79,7 +83,7 @@ func serve(t *testing.T, bin, secrets string) {
 	cmd := exec.CommandContext(ctx, bin)
 	cmd.Env = []string{
 		fmt.Sprintf("PORT=%d", port), "FLAGDOWN_SECRETS_DIR=" + secrets, "FLAGDOWN_REDIS_PREFIX=t:" + testkit.ID() + ":",
-		"read_timeout=5s", "write_timeout=5s", "PATH=" + os.Getenv("PATH"),
+		"read_timeout=5s", "write_timeout=5s", "PATH=" + os.Getenv("PATH"), "K_SERVICE=" + name,
 	}
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -106,5 +110,21 @@ func serve(t *testing.T, bin, secrets string) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+	}
+	resp, err := http.Post(base+"/", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	code := resp.StatusCode // whatever the function answers an empty, unsigned request
+	resp, err = http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	series := fmt.Sprintf(`flagdown_http_requests_total{code="%d",function="%s"} 1`, code, name)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), series+"\n") {
+		t.Errorf("GET /metrics: %d, lacks %q:\n%s", resp.StatusCode, series, body)
 	}
 }

@@ -19,7 +19,7 @@ import (
 // platformVars are variables the deployment platform provides to the template's entry point
 // (template/golang-flagdown/main.go), documented in the README deploy sections, not in the
 // configuration table.
-var platformVars = map[string]bool{"PORT": true, "read_timeout": true, "write_timeout": true}
+var platformVars = map[string]bool{"PORT": true, "read_timeout": true, "write_timeout": true, "K_SERVICE": true, "HOSTNAME": true}
 
 // codeDirs are the folders whose Go code runs in a deployment.
 var codeDirs = []string{"functions", "shared", "events", "cmd", "template"}
@@ -158,6 +158,9 @@ func TestStackFunctionsMatchTree(t *testing.T) {
 		}
 		if fn.Annotations["com.openfaas.health.http.path"] != "/_/health" || fn.Annotations["com.openfaas.ready.http.path"] != "/_/ready" {
 			t.Errorf("%s: health/ready annotations must be /_/health and /_/ready (template main.go): %v", n, fn.Annotations)
+		}
+		if fn.Annotations["prometheus.io.scrape"] != "true" || fn.Annotations["prometheus.io.port"] != "8080" || fn.Annotations["prometheus.io.path"] != "/metrics" {
+			t.Errorf("%s: scrape annotations must be prometheus.io.scrape true, port 8080, path /metrics (template main.go): %v", n, fn.Annotations)
 		}
 		if fn.Limits["memory"] == "" || fn.Limits["cpu"] == "" || fn.Requests["memory"] == "" {
 			t.Errorf("%s: limits and requests must be set", n)
@@ -571,6 +574,9 @@ func TestKnativeServicesMatchStack(t *testing.T) {
 		}
 		if minScale != wantMin || maxScale != fn.Labels["com.openfaas.scale.max"] {
 			t.Errorf("Service %s: min/max scale %s/%s, stack.yml says %s/%s", n, minScale, maxScale, wantMin, fn.Labels["com.openfaas.scale.max"])
+		}
+		if deploycheck.Str(ann, "prometheus.io/scrape") != "true" || deploycheck.Str(ann, "prometheus.io/port") != "8080" || deploycheck.Str(ann, "prometheus.io/path") != "/metrics" {
+			t.Errorf("Service %s: scrape annotations must be prometheus.io/scrape true, port 8080, path /metrics: %v", n, ann)
 		}
 		if deploycheck.Str(ann, "autoscaling.knative.dev/min-scale") == "0" && len(events.TypesFor(n)) > 0 {
 			t.Errorf("Service %s: event-triggered functions must not scale to zero", n)

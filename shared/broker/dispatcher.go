@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flagdown/flagdown/shared/logging"
+	"github.com/flagdown/flagdown/shared/metrics"
 )
 
 // Dead-letter message headers. A dead-lettered message carries the original structured event as its
@@ -407,6 +408,7 @@ func (r *runner) handle(ctx context.Context, it item) {
 			log.Warn("ack failed; the event may be delivered again", "err", err)
 		}
 		d.delivered.Add(1)
+		metrics.TriggerDeliveries.WithLabelValues(r.t.Name).Inc()
 	case status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests:
 		r.deadLetter(ctx, it, attempt, status, fmt.Sprintf("rejected by the trigger URL with HTTP %d: %s", status, shorten(res)), log)
 	case attempt >= d.maxDeliver:
@@ -418,6 +420,7 @@ func (r *runner) handle(ctx context.Context, it item) {
 			log.Warn("nak failed; the event comes back after the ack wait", "err", err)
 		}
 		d.retried.Add(1)
+		metrics.TriggerRetries.WithLabelValues(r.t.Name).Inc()
 	}
 }
 
@@ -455,6 +458,7 @@ func (r *runner) deadLetter(ctx context.Context, it item, attempt, status int, r
 		log.Warn("term failed; the event may come back and be dead-lettered again (de-duplicated)", "err", err)
 	}
 	d.deadLettered.Add(1)
+	metrics.TriggerDeadLetters.WithLabelValues(r.t.Name).Inc()
 	log.Error("event dead-lettered", "status", status, "reason", reason, "dlq_subject", dlq.Subject)
 }
 

@@ -1,5 +1,6 @@
 // Package httpx is the HTTP edge every function shares: strict JSON decoding, the one table mapping
-// error codes to HTTP statuses, JSON responses, and the shape of error bodies.
+// error codes to HTTP statuses, JSON responses, the shape of error bodies, and the request metrics
+// middleware (Instrument).
 package httpx
 
 import (
@@ -11,8 +12,10 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/metrics"
 )
 
 // statusOf is the only place error codes become HTTP statuses.
@@ -171,4 +174,57 @@ func Serve(w http.ResponseWriter, r *http.Request, log *slog.Logger, method stri
 		return
 	}
 	WriteJSON(w, status, body)
+}
+
+// Instrument wraps h, the handler of one function, so that every request it answers is counted in
+// metrics.HTTPRequests and timed in metrics.HTTPDuration under function and the status code written
+// (200 when h writes a body without WriteHeader, or nothing at all).
+func Instrument(function string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			code := strconv.Itoa(sw.status())
+			metrics.HTTPRequests.WithLabelValues(function, code).Inc()
+			metrics.HTTPDuration.WithLabelValues(function, code).Observe(metrics.Since(start))
+		}()
+		h.ServeHTTP(sw, r)
+	})
+}
+
+// statusWriter remembers the status code a handler writes.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush passes a flush through (server-sent events, streamed answers).
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) status() int {
+	if w.code == 0 {
+		return http.StatusOK
+	}
+	return w.code
 }

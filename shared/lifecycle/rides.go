@@ -8,6 +8,7 @@ import (
 
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/pgstore"
 )
 
@@ -79,6 +80,9 @@ func (s *Service) Accept(ctx context.Context, rideID, driverID string) error {
 	})
 	if errors.Is(err, errAlreadyAccepted) {
 		return nil
+	}
+	if err == nil {
+		metrics.OfferResponses.WithLabelValues("accepted").Inc()
 	}
 	return err
 }
@@ -164,6 +168,9 @@ func (s *Service) Act(ctx context.Context, id string, action dispatch.Action, ac
 		_, err = pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{Type: rideEvent[to], Source: s.Source, Subject: ride.ID, Data: data})
 		return err
 	})
+	if err == nil && action == dispatch.ActionDecline {
+		metrics.OfferResponses.WithLabelValues("declined").Inc()
+	}
 	return err
 }
 

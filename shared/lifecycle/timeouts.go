@@ -9,6 +9,7 @@ import (
 
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/pgstore"
 )
 
@@ -149,6 +150,7 @@ func (s *Service) OfferTimedOut(ctx context.Context, driverID string, ev *EventR
 	if expired == 0 {
 		return OutcomeStale, nil
 	}
+	metrics.OfferResponses.WithLabelValues("timed_out").Add(float64(expired))
 	return OutcomeDone, nil
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/flagdown/flagdown/shared/cloudevent"
 	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/logging"
+	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/pgstore"
 )
 
@@ -187,6 +188,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("outbox: commit: %w", err)
 	}
+	metrics.OutboxPublished.Add(float64(len(published)))
 	return len(published), firstErr
 }
 

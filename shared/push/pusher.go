@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flagdown/flagdown/shared/auth"
+	"github.com/flagdown/flagdown/shared/metrics"
 )
 
 // gateway is what the Pusher needs of the management API (*Management).
@@ -118,14 +119,18 @@ func (p *Pusher) post(ctx context.Context, u User, connID string, body []byte) e
 	err := p.gw.PostToConnection(ctx, connID, body)
 	switch {
 	case err == nil:
+		metrics.PushMessages.WithLabelValues("posted").Inc()
 		return nil
 	case IsGone(err):
+		metrics.PushMessages.WithLabelValues("gone").Inc()
 		if rerr := p.Registry.Remove(context.WithoutCancel(ctx), u, connID); rerr != nil {
 			p.log.Warn("push: remove gone connection", "connection_id", connID, "user", u.String(), "err", rerr)
 		}
 	case IsPayloadTooLarge(err):
+		metrics.PushMessages.WithLabelValues("failed").Inc()
 		p.log.Error("push: message refused as too large", "connection_id", connID, "user", u.String(), "bytes", len(body))
 	default:
+		metrics.PushMessages.WithLabelValues("failed").Inc()
 		p.log.Warn("push: post to connection", "connection_id", connID, "user", u.String(), "err", err)
 	}
 	return err

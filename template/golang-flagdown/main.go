@@ -11,7 +11,8 @@
 //
 // It plays the part of the OpenFaaS of-watchdog in http mode and the golang-middleware main: it
 // serves function.Handle on :$PORT (default 8080, the port OpenFaaS and Knative call), answers
-// GET /_/health (process up) and GET /_/ready (PostgreSQL and Redis reachable) for the probes, writes
+// GET /_/health (process up) and GET /_/ready (PostgreSQL and Redis reachable) for the probes and
+// GET /metrics (Prometheus, shared/metrics; the manifests' scrape annotations name it), writes
 // the /tmp/.lock file exec probes look for, applies read_timeout / write_timeout, and drains requests
 // on SIGTERM for up to write_timeout.
 package main
@@ -24,12 +25,15 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	function "github.com/flagdown/flagdown"
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/httpx"
+	"github.com/flagdown/flagdown/shared/metrics"
 )
 
 const defaultTimeout = 10 * time.Second
@@ -73,7 +77,8 @@ func main() {
 		}
 		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
 	})
-	mux.HandleFunc("/", function.Handle)
+	mux.Handle("GET /metrics", metrics.Handler())
+	mux.Handle("/", httpx.Instrument(functionName(), http.HandlerFunc(function.Handle)))
 
 	srv := &http.Server{
 		Addr:              ":" + port,
@@ -119,4 +124,17 @@ func duration(v string, def time.Duration) time.Duration {
 		return d
 	}
 	return def
+}
+
+// functionName is the function label of this image's request metrics: the Knative Service's name
+// (K_SERVICE), else the Deployment's name read off the pod's HOSTNAME (<deployment>-<replica set
+// hash>-<pod hash>, as faas-netes names a function's pods), else "function".
+func functionName() string {
+	if n := os.Getenv("K_SERVICE"); n != "" {
+		return n
+	}
+	if parts := strings.Split(os.Getenv("HOSTNAME"), "-"); len(parts) > 2 {
+		return strings.Join(parts[:len(parts)-2], "-")
+	}
+	return "function"
 }

@@ -1,0 +1,158 @@
+// Package metrics is the one owner of flagdown's Prometheus metric families: every name, help text
+// and label set is defined here once, registered on Registry, and served by Handler. Call sites only
+// observe (Inc, Observe, Set); metrics never change behaviour.
+//
+// Labels are bounded: function and trigger names, status codes, outcome and result words, timer
+// kinds, repair kinds and the deployment's city. Ride and driver ids are never labels.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// City is the value of the city label of the fleet gauges: a deployment serves one service area
+// for now.
+const City = "default"
+
+// Registry holds every flagdown family plus the Go runtime and process collectors.
+var Registry = prometheus.NewRegistry()
+
+// latencyBuckets spans a cache hit (1 ms) to a slow cross-service call (10 s), in seconds.
+var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// latenessBuckets spans a timer handled on time (10 ms late) to one a sweep caught a minute late.
+var latenessBuckets = []float64{.01, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60}
+
+var (
+	// HTTPRequests counts answered requests per function and HTTP status code.
+	HTTPRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flagdown_http_requests_total",
+		Help: "HTTP requests answered, by function and status code.",
+	}, []string{"function", "code"})
+	// HTTPDuration is the time from a request's arrival to its answer, per function and status code.
+	HTTPDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "flagdown_http_request_duration_seconds",
+		Help:    "Time to answer an HTTP request, by function and status code.",
+		Buckets: latencyBuckets,
+	}, []string{"function", "code"})
+
+	// MatchOutcomes counts rides the match function handled, by outcome (offered, no_driver,
+	// unmatched, duplicate, not_needed, joined, error; deferred in a batch window).
+	MatchOutcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flagdown_match_outcomes_total",
+		Help: "Rides handled by match, by outcome (offered, no_driver, unmatched, duplicate, not_needed, joined, deferred, error).",
+	}, []string{"outcome"})
+	// MatchDuration is the time the match function takes for one ride event, by outcome, or for one
+	// batch window run (outcome batch).
+	MatchDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "flagdown_match_duration_seconds",
+		Help:    "Time to handle one match event, by outcome (batch: one batch window run).",
+		Buckets: latencyBuckets,
+	}, []string{"outcome"})
+
+	// OfferResponses counts offers closed by their driver or their window: accepted, declined,
+	// timed_out.
+	OfferResponses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flagdown_offer_responses_total",
+		Help: "Offers closed, by result (accepted, declined, timed_out).",
+	}, []string{"result"})
+
+	// TimerLateness is how long after its deadline a timer was handled, per timer kind.
+	TimerLateness = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "flagdown_timer_lateness_seconds",
+		Help:    "Time from a timer's deadline to its handling by expiry-notification, by timer kind.",
+		Buckets: latenessBuckets,
+	}, []string{"kind"})
+
+	// OutboxPublished counts outbox rows the relay published and marked.
+	OutboxPublished = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flagdown_outbox_published_total",
+		Help: "Outbox rows published to the broker by the relay.",
+	})
+
+	// TriggerDeliveries counts events a trigger's subscriber answered 2xx to, per trigger.
+	TriggerDeliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flagdown_trigger_deliveries_total",
+		Help: "Events delivered (answered 2xx) by trigger.",
+	}, []string{"trigger"})
+	// TriggerRetries counts failed delivery attempts scheduled again, per trigger.
+	TriggerRetries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flagdown_trigger_retries_total",
+		Help: "Failed delivery attempts (5xx, 408, 429, network error) scheduled again, by trigger.",
+	}, []string{"trigger"})
+	// TriggerDeadLetters counts events moved to the dead-letter stream, per trigger.
+	TriggerDeadLetters = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flagdown_trigger_dead_letters_total",
+		Help: "Events moved to the dead-letter stream, by trigger.",
+	}, []string{"trigger"})
+
+	// ReconcileRepairs counts what reconcile repaired, per kind (its response's counts).
+	ReconcileRepairs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flagdown_reconcile_repairs_total",
+		Help: "Repairs made by reconcile, by kind.",
+	}, []string{"kind"})
+
+	// Pings counts location-update pings by result: applied, stale, gps_jump, rate_limited.
+	Pings = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flagdown_pings_total",
+		Help: "Driver pings handled by location-update, by result (applied, stale, gps_jump, rate_limited).",
+	}, []string{"result"})
+
+	// PushMessages counts messages to phones by result: posted, gone, failed.
+	PushMessages = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flagdown_push_messages_total",
+		Help: "Messages posted to phone connections, by result (posted, gone, failed).",
+	}, []string{"result"})
+)
+
+// Families are the names of every flagdown family this package defines, in the README's order;
+// the fleet gauges (FleetCollector) included.
+var Families = []string{
+	"flagdown_http_requests_total",
+	"flagdown_http_request_duration_seconds",
+	"flagdown_match_outcomes_total",
+	"flagdown_match_duration_seconds",
+	"flagdown_offer_responses_total",
+	"flagdown_timer_lateness_seconds",
+	"flagdown_outbox_lag_seconds",
+	"flagdown_outbox_published_total",
+	"flagdown_trigger_deliveries_total",
+	"flagdown_trigger_retries_total",
+	"flagdown_trigger_dead_letters_total",
+	"flagdown_reconcile_repairs_total",
+	"flagdown_pings_total",
+	"flagdown_push_messages_total",
+	"flagdown_available_drivers",
+	"flagdown_open_rides",
+}
+
+// Collectors returns every family this package registers on Registry (not the fleet gauges,
+// which a platform registers itself with FleetCollector).
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		HTTPRequests, HTTPDuration, MatchOutcomes, MatchDuration, OfferResponses, TimerLateness,
+		OutboxPublished, TriggerDeliveries, TriggerRetries, TriggerDeadLetters, ReconcileRepairs,
+		Pings, PushMessages,
+	}
+}
+
+func init() {
+	Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	Registry.MustRegister(Collectors()...)
+}
+
+// Handler serves Registry and the extra gatherers (e.g. a platform's FleetCollector registry) in
+// the Prometheus text format, for GET /metrics.
+func Handler(extra ...prometheus.Gatherer) http.Handler {
+	g := prometheus.Gatherers{Registry}
+	g = append(g, extra...)
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// Since returns the seconds elapsed since t, for Observe.
+func Since(t time.Time) float64 { return time.Since(t).Seconds() }
