@@ -5,7 +5,7 @@
 # then stop the platform (SIGTERM) and the services this run started — also on failure or Ctrl-C.
 #
 # Environment: GO (default go), FLAGDOWN_ADDR (listen address; default 127.0.0.1:8080, or the next free
-# port if 8080 is taken), REPLAY_ARGS (default: --minutes 20), FLAGDOWN_READY_TIMEOUT (seconds, default 90),
+# port if 8080 is taken), REPLAY_ARGS (default: --minutes 20 --skip-minutes 0), FLAGDOWN_READY_TIMEOUT (seconds, default 90),
 # SERVICES_ARGS (extra arguments for services.sh up, e.g. --private), FLAGDOWN_BIN (skip the build and
 # use this binary), FLAGDOWN_JWT_SECRET (the token secret dev and the replay share; default: random per run),
 # FLAGDOWN_MATCH_MODE (greedy or batch: flagdown dev matches with it, and the replay, which reads the same
@@ -15,7 +15,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 GO="${GO:-go}"
-REPLAY_ARGS="${REPLAY_ARGS---minutes 20}"
+REPLAY_ARGS="${REPLAY_ARGS---minutes 20 --skip-minutes 0}"
 READY_TIMEOUT="${FLAGDOWN_READY_TIMEOUT:-90}"
 OWNER="make-demo-$$"
 BIN="${FLAGDOWN_BIN:-bin/flagdown}"
