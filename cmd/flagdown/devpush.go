@@ -72,7 +72,7 @@ func startPushGateway(cfg *config.Config, addr string, keys *internalauth.Keys, 
 	cfg.PushEndpoint = local
 	log.Info("push: functions push through the local WebSocket gateway", "endpoint", local, "clients", "ws://"+addr+"/ws")
 	m, err := push.NewManagement(local, region, credentials.NewStaticCredentialsProvider(keyID, secret, ""),
-		&http.Client{Timeout: push.DefaultHTTPTimeout})
+		push.HTTPClient())
 	if err != nil {
 		_ = gw.Close()
 		return nil, nil, err

@@ -77,6 +77,20 @@ const (
 // DefaultHTTPTimeout is the timeout of the HTTP client ManagementFromEnv builds (one attempt).
 const DefaultHTTPTimeout = 10 * time.Second
 
+// MaxIdleConnsPerEndpoint is how many idle keep-alive connections HTTPClient keeps to the
+// management endpoint. Pushes run concurrently (every offer, status and position), and
+// net/http's default of 2 would open a new connection (TCP and TLS handshakes) for nearly each.
+const MaxIdleConnsPerEndpoint = 64
+
+// HTTPClient returns the HTTP client of a management API client: DefaultHTTPTimeout per attempt
+// and MaxIdleConnsPerEndpoint keep-alive connections. Build it once per process (ManagementFromEnv
+// does).
+func HTTPClient() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = 2*MaxIdleConnsPerEndpoint, MaxIdleConnsPerEndpoint
+	return &http.Client{Timeout: DefaultHTTPTimeout, Transport: tr}
+}
+
 // Connection is what GetConnection answers about a connection (the API's JSON field names).
 type Connection struct {
 	// ConnectedAt is when the connection was established.
@@ -220,13 +234,13 @@ func NewManagement(endpoint, region string, creds aws.CredentialsProvider, hc *h
 // ManagementFromEnv returns a client of the management API at endpoint with the region and the
 // credentials of the AWS SDK's default chain (config.LoadDefaultConfig: AWS_REGION,
 // AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, shared config files, web identity,
-// container and instance roles) and an HTTP client with DefaultHTTPTimeout per attempt.
+// container and instance roles) and the HTTP client of HTTPClient.
 func ManagementFromEnv(ctx context.Context, endpoint string, opts ...Option) (*Management, error) {
 	cfg, err := config.LoadDefaultConfig(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("push: AWS configuration: %w", err)
 	}
-	return NewManagement(endpoint, cfg.Region, cfg.Credentials, &http.Client{Timeout: DefaultHTTPTimeout}, opts...)
+	return NewManagement(endpoint, cfg.Region, cfg.Credentials, HTTPClient(), opts...)
 }
 
 // Endpoint is the stage URL the client talks to.
