@@ -25,25 +25,9 @@ SERVICES_UP=0
 
 log() { printf 'demo: %s\n' "$*" >&2; }
 step() { printf '\ndemo: ==> %s\n' "$*" >&2; }
+# shellcheck source=scripts/platform.sh
+. scripts/platform.sh
 
-stop_dev() {
-	[ -n "$DEV_PID" ] || return 0
-	if kill -0 "$DEV_PID" 2>/dev/null; then
-		log "stopping flagdown dev (pid $DEV_PID, SIGTERM)"
-		kill -TERM "$DEV_PID" 2>/dev/null || true
-		local i
-		for ((i = 0; i < 300; i++)); do
-			kill -0 "$DEV_PID" 2>/dev/null || break
-			sleep 0.1
-		done
-		if kill -0 "$DEV_PID" 2>/dev/null; then
-			log "flagdown dev did not stop within 30s; SIGKILL"
-			kill -KILL "$DEV_PID" 2>/dev/null || true
-		fi
-	fi
-	wait "$DEV_PID" 2>/dev/null || true
-	DEV_PID=""
-}
 
 cleanup() {
 	local rc=$?
@@ -59,23 +43,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# port_busy PORT: something accepts connections on 127.0.0.1:PORT.
-port_busy() { timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" >/dev/null 2>&1; }
-
-# http_status URL: the HTTP status code (000 if no answer).
-http_status() {
-	local url=$1
-	if command -v curl >/dev/null 2>&1; then
-		curl -s -o /dev/null -m 3 -w '%{http_code}' "$url" || true
-		return
-	fi
-	local hostport="${url#http://}" path
-	path="/${hostport#*/}"
-	hostport="${hostport%%/*}"
-	timeout 3 bash -c 'exec 3<>"/dev/tcp/$1/$2" || exit 1
-		printf "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n" "$3" "$1" >&3
-		IFS=" " read -r _ code _ <&3; printf "%s" "$code"' _ "${hostport%:*}" "${hostport##*:}" "$path" 2>/dev/null || printf '000'
-}
 
 if [ -z "${FLAGDOWN_BIN:-}" ]; then
 	step "$GO build -o bin/flagdown ./cmd/flagdown"

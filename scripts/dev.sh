@@ -25,28 +25,12 @@ SERVICES_UP=0
 
 log() { printf 'dev: %s\n' "$*" >&2; }
 step() { printf '\ndev: ==> %s\n' "$*" >&2; }
+# shellcheck source=scripts/platform.sh
+. scripts/platform.sh
 
 # squote VALUE: VALUE as a single-quoted shell word.
 squote() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
 
-stop_dev() {
-	[ -n "$DEV_PID" ] || return 0
-	if kill -0 "$DEV_PID" 2>/dev/null; then
-		log "stopping flagdown dev (pid $DEV_PID, SIGTERM)"
-		kill -TERM "$DEV_PID" 2>/dev/null || true
-		local i
-		for ((i = 0; i < 300; i++)); do
-			kill -0 "$DEV_PID" 2>/dev/null || break
-			sleep 0.1
-		done
-		if kill -0 "$DEV_PID" 2>/dev/null; then
-			log "flagdown dev did not stop within 30s; SIGKILL"
-			kill -KILL "$DEV_PID" 2>/dev/null || true
-		fi
-	fi
-	wait "$DEV_PID" 2>/dev/null || true
-	DEV_PID=""
-}
 
 cleanup() {
 	local rc=$?
@@ -64,11 +48,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# port_busy PORT: something accepts connections on 127.0.0.1:PORT.
-port_busy() { timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" >/dev/null 2>&1; }
-
-# http_status URL: the HTTP status code (000 if no answer).
-http_status() { curl -s -o /dev/null -m 3 -w '%{http_code}' "$1" || true; }
 
 command -v curl >/dev/null 2>&1 || { log "curl is needed for the walkthrough (apt-get install curl)"; exit 1; }
 

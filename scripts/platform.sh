@@ -1,0 +1,40 @@
+# platform.sh — shell helpers that scripts/demo.sh and scripts/dev.sh share: stop the flagdown dev
+# they started, probe a port, read an HTTP status. Sourced, never run; the caller defines log().
+
+# stop_dev: stop the flagdown dev whose pid is DEV_PID (SIGTERM, then SIGKILL after 30 s); clears DEV_PID.
+stop_dev() {
+	[ -n "$DEV_PID" ] || return 0
+	if kill -0 "$DEV_PID" 2>/dev/null; then
+		log "stopping flagdown dev (pid $DEV_PID, SIGTERM)"
+		kill -TERM "$DEV_PID" 2>/dev/null || true
+		local i
+		for ((i = 0; i < 300; i++)); do
+			kill -0 "$DEV_PID" 2>/dev/null || break
+			sleep 0.1
+		done
+		if kill -0 "$DEV_PID" 2>/dev/null; then
+			log "flagdown dev did not stop within 30s; SIGKILL"
+			kill -KILL "$DEV_PID" 2>/dev/null || true
+		fi
+	fi
+	wait "$DEV_PID" 2>/dev/null || true
+	DEV_PID=""
+}
+
+# port_busy PORT: something accepts connections on 127.0.0.1:PORT.
+port_busy() { timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" >/dev/null 2>&1; }
+
+# http_status URL: the HTTP status code (000 if no answer).
+http_status() {
+	local url=$1
+	if command -v curl >/dev/null 2>&1; then
+		curl -s -o /dev/null -m 3 -w '%{http_code}' "$url" || true
+		return
+	fi
+	local hostport="${url#http://}" path
+	path="/${hostport#*/}"
+	hostport="${hostport%%/*}"
+	timeout 3 bash -c 'exec 3<>"/dev/tcp/$1/$2" || exit 1
+		printf "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n" "$3" "$1" >&3
+		IFS=" " read -r _ code _ <&3; printf "%s" "$code"' _ "${hostport%:*}" "${hostport##*:}" "$path" 2>/dev/null || printf '000'
+}
