@@ -56,18 +56,7 @@ scripts/services.sh up --owner "$OWNER" ${SERVICES_ARGS:-}
 # shellcheck disable=SC1091
 . .local/services.env
 
-if [ -n "${FLAGDOWN_ADDR:-}" ]; then
-	ADDR="$FLAGDOWN_ADDR"
-else
-	port=8080
-	while port_busy "$port"; do
-		((port < 8180)) || { log "no free port in 8080..8180; set FLAGDOWN_ADDR"; exit 1; }
-		port=$((port + 1))
-	done
-	[ "$port" = 8080 ] || log "port 8080 is taken; using $port"
-	ADDR="127.0.0.1:$port"
-fi
-case "$ADDR" in :*) URL_HOST="127.0.0.1$ADDR" ;; 0.0.0.0:*) URL_HOST="127.0.0.1:${ADDR##*:}" ;; *) URL_HOST="$ADDR" ;; esac
+pick_addr
 BASE_URL="http://$URL_HOST"
 
 step "$BIN migrate"

@@ -1,5 +1,5 @@
 # platform.sh — shell helpers that scripts/demo.sh and scripts/dev.sh share: stop the flagdown dev
-# they started, probe a port, read an HTTP status. Sourced, never run; the caller defines log().
+# they started, probe a port, pick the listen address, read an HTTP status. Sourced, never run; the caller defines log().
 
 # stop_dev: stop the flagdown dev whose pid is DEV_PID (SIGTERM, then SIGKILL after 30 s); clears DEV_PID.
 stop_dev() {
@@ -37,4 +37,21 @@ http_status() {
 	timeout 3 bash -c 'exec 3<>"/dev/tcp/$1/$2" || exit 1
 		printf "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n" "$3" "$1" >&3
 		IFS=" " read -r _ code _ <&3; printf "%s" "$code"' _ "${hostport%:*}" "${hostport##*:}" "$path" 2>/dev/null || printf '000'
+}
+
+# pick_addr: set ADDR to FLAGDOWN_ADDR, or to 127.0.0.1 and the first free port of 8080..8180 (saying
+# so when it is not 8080), and URL_HOST to the host:port clients reach it at.
+pick_addr() {
+	if [ -n "${FLAGDOWN_ADDR:-}" ]; then
+		ADDR="$FLAGDOWN_ADDR"
+	else
+		local port=8080
+		while port_busy "$port"; do
+			((port < 8180)) || { log "no free port in 8080..8180; set FLAGDOWN_ADDR"; exit 1; }
+			port=$((port + 1))
+		done
+		[ "$port" = 8080 ] || log "port 8080 is taken; using $port"
+		ADDR="127.0.0.1:$port"
+	fi
+	case "$ADDR" in :*) URL_HOST="127.0.0.1$ADDR" ;; 0.0.0.0:*) URL_HOST="127.0.0.1:${ADDR##*:}" ;; *) URL_HOST="$ADDR" ;; esac
 }
