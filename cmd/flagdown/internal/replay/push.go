@@ -265,7 +265,9 @@ func (s *sim) closeRider(r *ride) {
 // who never got the ACCEPTED status.
 func (s *sim) pushOutcome() (lostOffers, lostStatuses int) {
 	for _, po := range s.pingOffers {
-		if po.expected && po.sock.downs.Load() == po.downs && !po.d.pushed[po.offerID] {
+		// A driver who dropped offline closed his socket: what came after is not lost, it had
+		// nowhere to go.
+		if po.expected && !po.d.offline && po.sock.downs.Load() == po.downs && !po.d.pushed[po.offerID] {
 			lostOffers++
 		}
 	}
