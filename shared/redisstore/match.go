@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,24 +23,44 @@ type GeoHit struct {
 	Position dispatch.Point
 }
 
-// Nearby returns up to count available drivers within radiusM metres of p, nearest first
-// (GEOSEARCH FROMLONLAT BYRADIUS ASC COUNT: the reply is bounded by count, but Redis visits every
-// member inside the radius, so the cost grows with how many drivers are there).
+// RingStartM is the radius in metres of the first ring of a candidate search, and RingFactor how
+// much each further ring widens it (see nearbyScript). 50 m holds about 10 drivers where 1M online
+// drivers crowd Midtown Manhattan (~1,300 per km²), so the busiest pickups stop at the first ring.
+const (
+	RingStartM = 50
+	RingFactor = 4
+)
+
+// nearbyScript is the flat-cost candidate search: GEOSEARCH BYRADIUS ASC COUNT in rings of growing
+// radius (RingStartM, ×RingFactor, … capped at the asked radius), stopping at the first ring that
+// holds count drivers. GEOSEARCH visits every member in the geohash boxes that cover its radius, so
+// one search of the full radius costs in proportion to how many drivers are there (tens of
+// thousands at a dense pickup); a ring sized to the local density visits a few hundred wherever the
+// pickup is. The answer is exact: the count nearest within a ring of radius r are the count nearest
+// within any radius ≥ r, since every driver outside the ring is farther than r.
+// KEYS: GEO set. ARGV: lng, lat, radius m, count, first ring m, ring factor.
+// Returns the last ring's reply (name, distance m, {lng, lat}) and the rings searched.
+var nearbyScript = redis.NewScript(`
+local maxr, count = tonumber(ARGV[3]), tonumber(ARGV[4])
+local r, rings = math.min(tonumber(ARGV[5]), maxr), 0
+while true do
+  rings = rings + 1
+  local res = redis.call('GEOSEARCH', KEYS[1], 'FROMLONLAT', ARGV[1], ARGV[2], 'BYRADIUS', r, 'm',
+    'ASC', 'COUNT', count, 'WITHDIST', 'WITHCOORD')
+  if #res >= count or r >= maxr then return {res, rings} end
+  r = math.min(r * tonumber(ARGV[6]), maxr)
+end
+`)
+
+// Nearby returns up to count available drivers within radiusM metres of p (WGS84), nearest first,
+// at a cost that stays flat with the fleet's density (nearbyScript: rings of growing radius, one
+// round trip). Errors are CodeUnavailable.
 func (s *Store) Nearby(ctx context.Context, p dispatch.Point, radiusM float64, count int) ([]GeoHit, error) {
-	locs, err := s.rdb.GeoSearchLocation(ctx, s.geoKey(), &redis.GeoSearchLocationQuery{
-		GeoSearchQuery: redis.GeoSearchQuery{
-			Longitude: p.Lng, Latitude: p.Lat, Radius: radiusM, RadiusUnit: "m", Sort: "ASC", Count: count,
-		},
-		WithCoord: true, WithDist: true,
-	}).Result()
+	hits, err := s.NearbyMany(ctx, []NearbyQuery{{Center: p, RadiusM: radiusM, Count: count}})
 	if err != nil {
-		return nil, unavailable(err)
+		return nil, err
 	}
-	hits := make([]GeoHit, len(locs))
-	for i, l := range locs {
-		hits[i] = GeoHit{DriverID: l.Name, DistanceM: l.Dist, Position: dispatch.Point{Lat: l.Latitude, Lng: l.Longitude}}
-	}
-	return hits, nil
+	return hits[0], nil
 }
 
 // NearbyQuery is one search of NearbyMany: up to Count available drivers within RadiusM metres of
@@ -51,33 +72,60 @@ type NearbyQuery struct {
 }
 
 // NearbyMany runs Nearby for every query in one pipelined round trip (a batch window's candidate
-// searches) and returns their hits in the order of qs.
+// searches) and returns their hits in the order of qs. Errors are CodeUnavailable.
 func (s *Store) NearbyMany(ctx context.Context, qs []NearbyQuery) ([][]GeoHit, error) {
 	if len(qs) == 0 {
 		return nil, nil
 	}
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.GeoSearchLocationCmd, len(qs))
-	for i, q := range qs {
-		cmds[i] = pipe.GeoSearchLocation(ctx, s.geoKey(), &redis.GeoSearchLocationQuery{
-			GeoSearchQuery: redis.GeoSearchQuery{
-				Longitude: q.Center.Lng, Latitude: q.Center.Lat, Radius: q.RadiusM, RadiusUnit: "m", Sort: "ASC", Count: q.Count,
-			},
-			WithCoord: true, WithDist: true,
-		})
+	run := func() ([]redis.Cmder, error) {
+		pipe := s.rdb.Pipeline()
+		for _, q := range qs {
+			nearbyScript.EvalSha(ctx, pipe, []string{s.geoKey()},
+				strconv.FormatFloat(q.Center.Lng, 'f', -1, 64), strconv.FormatFloat(q.Center.Lat, 'f', -1, 64),
+				strconv.FormatFloat(q.RadiusM, 'f', -1, 64), max(q.Count, 1), RingStartM, RingFactor)
+		}
+		return pipe.Exec(ctx)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	cmds, err := run()
+	if err != nil && strings.Contains(err.Error(), "NOSCRIPT") {
+		if err := nearbyScript.Load(ctx, s.rdb).Err(); err != nil {
+			return nil, unavailable(err)
+		}
+		cmds, err = run()
+	}
+	if err != nil {
 		return nil, unavailable(err)
 	}
 	out := make([][]GeoHit, len(qs))
 	for i, c := range cmds {
-		locs := c.Val()
-		out[i] = make([]GeoHit, len(locs))
-		for k, l := range locs {
-			out[i][k] = GeoHit{DriverID: l.Name, DistanceM: l.Dist, Position: dispatch.Point{Lat: l.Latitude, Lng: l.Longitude}}
+		if out[i], err = geoHits(c.(*redis.Cmd).Val()); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// geoHits decodes nearbyScript's reply: {{name, dist, {lng, lat}}, …}, rings.
+func geoHits(v any) ([]GeoHit, error) {
+	top, ok := v.([]any)
+	if !ok || len(top) != 2 {
+		return nil, dispatch.Internal(fmt.Errorf("redisstore: nearby reply %T", v))
+	}
+	rows, _ := top[0].([]any)
+	hits := make([]GeoHit, 0, len(rows))
+	for _, r := range rows {
+		f, ok := r.([]any)
+		if !ok || len(f) != 3 {
+			return nil, dispatch.Internal(fmt.Errorf("redisstore: nearby row %v", r))
+		}
+		xy, ok := f[2].([]any)
+		if !ok || len(xy) != 2 {
+			return nil, dispatch.Internal(fmt.Errorf("redisstore: nearby coordinates %v", f[2]))
+		}
+		hits = append(hits, GeoHit{DriverID: str(f[0]), DistanceM: f64(str(f[1])),
+			Position: dispatch.Point{Lat: f64(str(xy[1])), Lng: f64(str(xy[0]))}})
+	}
+	return hits, nil
 }
 
 // DriverInfo is what matching needs to know of a candidate beyond his position.

@@ -190,23 +190,53 @@ func (r *runner) match(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		// Ceiling: a bare GEOSEARCH of the first radius at the same pickups.
+		// Ceiling: one bare GEOSEARCH of the first radius at the same pickups (the search before
+		// rings); beside it the ring search the match function runs (Store.Nearby).
 		radius, count := st.cfg.SearchRadiiM[0], st.cfg.SearchCount
-		geoSeq := make([]float64, 0, seqN)
-		for _, ride := range rides[:seqN] {
-			t := time.Now()
-			if _, err := d.Redis.Nearby(ctx, ride.Pickup, radius, count); err != nil {
-				return err
-			}
-			geoSeq = append(geoSeq, durMs(time.Since(t)))
+		bare := func(ctx context.Context, p dispatch.Point) error {
+			return rdb.GeoSearchLocation(ctx, prefix+"geo:available", &redis.GeoSearchLocationQuery{
+				GeoSearchQuery: redis.GeoSearchQuery{Longitude: p.Lng, Latitude: p.Lat, Radius: radius, RadiusUnit: "m", Sort: "ASC", Count: count},
+				WithCoord:      true, WithDist: true,
+			}).Err()
 		}
-		var next atomic.Int64
-		geoPar, err := concurrentMs(ctx, matchConcurrency, parN, func(ctx context.Context) error {
-			_, err := d.Redis.Nearby(ctx, rides[seqN+int(next.Add(1)-1)%parN].Pickup, radius, count)
+		rings := func(ctx context.Context, p dispatch.Point) error {
+			_, err := d.Redis.Nearby(ctx, p, radius, count)
 			return err
+		}
+		geoSeq, ringSeq := make([]float64, 0, seqN), make([]float64, 0, seqN)
+		for _, ride := range rides[:seqN] {
+			for _, m := range []struct {
+				search func(context.Context, dispatch.Point) error
+				out    *[]float64
+			}{{bare, &geoSeq}, {rings, &ringSeq}} {
+				t := time.Now()
+				if err := m.search(ctx, ride.Pickup); err != nil {
+					return err
+				}
+				*m.out = append(*m.out, durMs(time.Since(t)))
+			}
+		}
+		var next, rnext atomic.Int64
+		geoPar, err := concurrentMs(ctx, matchConcurrency, parN, func(ctx context.Context) error {
+			return bare(ctx, rides[seqN+int(next.Add(1)-1)%parN].Pickup)
 		})
 		if err != nil {
 			return err
+		}
+		ringPar, err := concurrentMs(ctx, matchConcurrency, parN, func(ctx context.Context) error {
+			return rings(ctx, rides[seqN+int(rnext.Add(1)-1)%parN].Pickup)
+		})
+		if err != nil {
+			return err
+		}
+		for _, v := range []struct {
+			how       string
+			ring, geo []float64
+		}{{"sequential", ringSeq, geoSeq}, {fmt.Sprintf("%d concurrent", matchConcurrency), ringPar, geoPar}} {
+			r.rep.add(Row{Section: "match", Name: fmt.Sprintf("candidate search p99, %s, %s drivers", v.how, fleetName(fleet)), Value: quantile(v.ring, 0.99), Unit: "ms",
+				Ceiling: fmt.Sprintf("one GEOSEARCH %.0f m COUNT %d p99", radius, count), CeilingValue: quantile(v.geo, 0.99),
+				Note: fmt.Sprintf("Store.Nearby: rings from %d m ×%d up to %.0f m; p50 %.2f ms (one GEOSEARCH %.2f ms)",
+					redisstore.RingStartM, redisstore.RingFactor, radius, quantile(v.ring, 0.5), quantile(v.geo, 0.5))})
 		}
 
 		seq := make([]float64, 0, seqN)
