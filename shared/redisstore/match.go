@@ -23,23 +23,22 @@ type GeoHit struct {
 	Position dispatch.Point
 }
 
-// RingStartM is the radius in metres of the first ring of a candidate search, and RingFactor how
-// much each further ring widens it (see nearbyScript). 50 m holds about 10 drivers where 1M online
-// drivers crowd Midtown Manhattan (~1,300 per km²), so the busiest pickups stop at the first ring.
-const (
-	RingStartM = 50
-	RingFactor = 4
-)
+// RingStartM is the radius in metres of the first ring of a candidate search (see nearbyScript).
+// The bench's 1M-driver fleet crowds up to about 0.5 drivers per m² at the busiest pickups, where 10
+// drivers sit within 2–3 m; a sparse fleet needs a few more, cheap, rings.
+const RingStartM = 2
 
 // nearbyScript is the flat-cost candidate search: GEOSEARCH BYRADIUS ASC COUNT in rings of growing
-// radius (RingStartM, ×RingFactor, … capped at the asked radius), stopping at the first ring that
-// holds count drivers. GEOSEARCH visits every member in the geohash boxes that cover its radius, so
-// one search of the full radius costs in proportion to how many drivers are there (tens of
-// thousands at a dense pickup); a ring sized to the local density visits a few hundred wherever the
-// pickup is. The answer is exact: the count nearest within a ring of radius r are the count nearest
-// within any radius ≥ r, since every driver outside the ring is farther than r.
-// KEYS: GEO set. ARGV: lng, lat, radius m, count, first ring m, ring factor.
-// Returns the last ring's reply (name, distance m, {lng, lat}) and the rings searched.
+// radius, from RingStartM up to the asked radius, stopping at the first ring that holds count
+// drivers. GEOSEARCH visits every member in the geohash boxes that cover its radius, so one search
+// of the whole radius costs in proportion to how many drivers are inside it (tens of thousands at a
+// dense pickup); a ring sized to the local density visits about as many as it returns, wherever the
+// pickup is. Each next ring is sized from the density the last one saw: × 1.5·√(count/found),
+// between ×2 and ×8 (×8 when it found nobody). The answer is exact: the count nearest within a ring
+// of radius r are the count nearest within any radius ≥ r, since every driver outside the ring is
+// farther than r; and the last ring is the asked radius.
+// KEYS: GEO set. ARGV: lng, lat, radius m, count, first ring m.
+// Returns the last ring's reply ({name, distance m, {lng, lat}}, …) and the rings searched.
 var nearbyScript = redis.NewScript(`
 local maxr, count = tonumber(ARGV[3]), tonumber(ARGV[4])
 local r, rings = math.min(tonumber(ARGV[5]), maxr), 0
@@ -48,7 +47,9 @@ while true do
   local res = redis.call('GEOSEARCH', KEYS[1], 'FROMLONLAT', ARGV[1], ARGV[2], 'BYRADIUS', r, 'm',
     'ASC', 'COUNT', count, 'WITHDIST', 'WITHCOORD')
   if #res >= count or r >= maxr then return {res, rings} end
-  r = math.min(r * tonumber(ARGV[6]), maxr)
+  local grow = 8
+  if #res > 0 then grow = math.max(2, math.min(8, 1.5 * math.sqrt(count / #res))) end
+  r = math.min(r * grow, maxr)
 end
 `)
 
@@ -82,7 +83,7 @@ func (s *Store) NearbyMany(ctx context.Context, qs []NearbyQuery) ([][]GeoHit, e
 		for _, q := range qs {
 			nearbyScript.EvalSha(ctx, pipe, []string{s.geoKey()},
 				strconv.FormatFloat(q.Center.Lng, 'f', -1, 64), strconv.FormatFloat(q.Center.Lat, 'f', -1, 64),
-				strconv.FormatFloat(q.RadiusM, 'f', -1, 64), max(q.Count, 1), RingStartM, RingFactor)
+				strconv.FormatFloat(q.RadiusM, 'f', -1, 64), max(q.Count, 1), RingStartM)
 		}
 		return pipe.Exec(ctx)
 	}

@@ -235,8 +235,8 @@ func (r *runner) match(ctx context.Context) error {
 		}{{"sequential", ringSeq, geoSeq}, {fmt.Sprintf("%d concurrent", matchConcurrency), ringPar, geoPar}} {
 			r.rep.add(Row{Section: "match", Name: fmt.Sprintf("candidate search p99, %s, %s drivers", v.how, fleetName(fleet)), Value: quantile(v.ring, 0.99), Unit: "ms",
 				Ceiling: fmt.Sprintf("one GEOSEARCH %.0f m COUNT %d p99", radius, count), CeilingValue: quantile(v.geo, 0.99),
-				Note: fmt.Sprintf("Store.Nearby: rings from %d m ×%d up to %.0f m; p50 %.2f ms (one GEOSEARCH %.2f ms)",
-					redisstore.RingStartM, redisstore.RingFactor, radius, quantile(v.ring, 0.5), quantile(v.geo, 0.5))})
+				Note: fmt.Sprintf("Store.Nearby: rings from %d m up to %.0f m, sized by the density seen; p50 %.2f ms (one GEOSEARCH %.2f ms)",
+					redisstore.RingStartM, radius, quantile(v.ring, 0.5), quantile(v.geo, 0.5))})
 		}
 
 		seq := make([]float64, 0, seqN)
