@@ -124,7 +124,7 @@ func TestOpsMapInBrowser(t *testing.T) {
 	})
 
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 820))...)
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1400, 900))...)
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	defer cancelBrowser()
@@ -133,6 +133,7 @@ func TestOpsMapInBrowser(t *testing.T) {
 
 	// /map redirects to the function's page; the token travels in the fragment.
 	if err := chromedp.Do(bctx,
+		chromedp.EmulateViewport(1400, 900),
 		chromedp.Navigate(gw+"/map#token="+token),
 		chromedp.WaitVisible(chromedp.CSS("#map")),
 	); err != nil {
@@ -156,7 +157,7 @@ func TestOpsMapInBrowser(t *testing.T) {
 	var compared []int64
 	seen := map[string]bool{}
 	var busy *opsview.Snapshot
-	for len(compared) < 4 || len(seen) < 3 || busy == nil {
+	for len(compared) < 8 || len(seen) < 3 || busy == nil {
 		if bctx.Err() != nil {
 			t.Fatalf("after %d compared snapshots (%d distinct count sets, one with drivers and open rides: %v): %v",
 				len(compared), len(seen), busy != nil, bctx.Err())
@@ -174,7 +175,7 @@ func TestOpsMapInBrowser(t *testing.T) {
 		}
 		st, body := getOps(t, fmt.Sprintf("%s/function/ops-map/snapshot?seq=%d", gw, ps.Seq), token)
 		if st == http.StatusNotFound {
-			continue // no longer kept: the page is behind by more than opsview.DefaultKeep
+			t.Fatalf("snapshot %d the page shows is not kept by the API (it keeps the last %d)", ps.Seq, opsview.DefaultKeep)
 		}
 		if st != http.StatusOK {
 			t.Fatalf("snapshot %d: HTTP %d %s", ps.Seq, st, body)
@@ -207,22 +208,36 @@ func TestOpsMapInBrowser(t *testing.T) {
 	}
 	t.Logf("compared snapshots %v: %d distinct sets of counts; last busy one: %+v", compared, len(seen), busy.Counts)
 
-	// A click on a ride shows its timeline.
-	ride := busy.Rides[0]
-	xy, err := chromedp.Run(bctx, chromedp.Evaluate[[]float64](fmt.Sprintf(`window.flagdownMap.clientXY(%v, %v)`, ride.Pickup.Lat, ride.Pickup.Lng)))
-	if err != nil || len(xy) != 2 {
-		t.Fatalf("project ride %s: %v %v", ride.ID, xy, err)
+	// A click on a ride shows its timeline. The ride is taken from the snapshot the page shows; if a
+	// newer snapshot lost it before the click landed, the next attempt takes another.
+	type drawnRide struct {
+		ID     string  `json:"id"`
+		Status string  `json:"status"`
+		X      float64 `json:"x"`
+		Y      float64 `json:"y"`
 	}
-	if err := chromedp.Do(bctx,
-		chromedp.MouseClickXY(xy[0], xy[1]),
-		chromedp.WaitVisible(chromedp.CSS("#timeline")),
-		chromedp.WaitVisible(chromedp.CSS("#tl-events li")),
-	); err != nil {
-		t.Fatalf("click ride %s: %v", ride.ID, err)
-	}
-	shownID, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#tl-id")))
-	if err != nil {
-		t.Fatal(err)
+	var shownID string
+	for attempt := 1; shownID == ""; attempt++ {
+		rides, err := chromedp.Run(bctx, chromedp.Evaluate[[]drawnRide](`window.flagdownMap.rides()`))
+		if err != nil || len(rides) == 0 {
+			t.Fatalf("rides drawn on the page: %v %v", rides, err)
+		}
+		ride := rides[len(rides)-1] // the oldest open ride: the least likely to end this second
+		if err := chromedp.Do(bctx, chromedp.MouseClickXY(ride.X, ride.Y)); err != nil {
+			t.Fatalf("click ride %s: %v", ride.ID, err)
+		}
+		wctx, cancel := context.WithTimeout(bctx, 5*time.Second)
+		err = chromedp.Do(wctx, chromedp.WaitVisible(chromedp.CSS("#tl-events li")))
+		cancel()
+		if err != nil {
+			if attempt == 5 {
+				t.Fatalf("no timeline after %d clicks on rides (last %s at %.0f,%.0f): %v", attempt, ride.ID, ride.X, ride.Y, err)
+			}
+			continue
+		}
+		if shownID, err = chromedp.Run(bctx, chromedp.Text(chromedp.CSS("#tl-id"))); err != nil {
+			t.Fatal(err)
+		}
 	}
 	events, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll('#tl-events li').length`))
 	if err != nil {

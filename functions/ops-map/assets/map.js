@@ -278,11 +278,15 @@
 
   // For the browser test and the console: where a position is drawn, in client pixels.
   window.flagdownMap = {
-    clientXY(lat, lng) {
-      if (!bounds) return null;
+    // rides: the rides of the applied snapshot where they are drawn (id, status, x, y).
+    rides() {
+      if (!bounds || !snap) return [];
       const r = canvas.getBoundingClientRect();
-      const [x, y] = project(frame(), { lat, lng });
-      return [r.left + x, r.top + y];
+      const f = frame();
+      return snap.rides.map((ride) => {
+        const [x, y] = project(f, ride.status === 'IN_PROGRESS' ? ride.dropoff : ride.pickup);
+        return { id: ride.id, status: ride.status, x: r.left + x, y: r.top + y };
+      });
     },
   };
 
