@@ -37,6 +37,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/flagdown/flagdown/shared/app"
@@ -64,11 +65,14 @@ type Function struct {
 	mux  *http.ServeMux
 	page []byte
 	csp  string
+
+	mu    sync.Mutex
+	stops map[*http.Server]chan struct{}
 }
 
 // New returns the function over d; its data endpoints require an ops token.
 func New(d *app.Deps) *Function {
-	f := &Function{d: d, read: opsview.New(d.DB, d.Redis)}
+	f := &Function{d: d, read: opsview.New(d.DB, d.Redis), stops: map[*http.Server]chan struct{}{}}
 	f.hub = opsview.NewHub(f.read.Snapshot)
 	f.page, f.csp = buildPage()
 	ops := func(h http.HandlerFunc) http.Handler { return auth.Require(d.Auth, d.Log, h, auth.RoleOps) }
@@ -206,6 +210,7 @@ func (f *Function) stream(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no") // nginx-style proxies: do not buffer the stream
 	w.WriteHeader(http.StatusOK)
+	stopping := f.stopping(r)
 	end := time.NewTimer(StreamMax)
 	defer end.Stop()
 	tick := time.NewTicker(f.hub.Interval)
@@ -237,10 +242,31 @@ func (f *Function) stream(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-end.C:
 			return
+		case <-stopping:
+			return
 		case <-tick.C:
 		}
 		fr, err = f.hub.Latest(ctx)
 	}
+}
+
+// stopping returns a channel closed when the server serving r begins to shut down: Shutdown waits
+// for every active request, and an open map would hold it for the rest of its stream (the page
+// reconnects to another replica). It is nil (never closed) outside an http.Server.
+func (f *Function) stopping(r *http.Request) <-chan struct{} {
+	srv, _ := r.Context().Value(http.ServerContextKey).(*http.Server)
+	if srv == nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch, ok := f.stops[srv]
+	if !ok {
+		ch = make(chan struct{})
+		f.stops[srv] = ch
+		srv.RegisterOnShutdown(func() { close(ch) })
+	}
+	return ch
 }
 
 // timeline answers GET /rides/{id}.

@@ -261,8 +261,8 @@ func TestAccessAndParameters(t *testing.T) {
 	}
 }
 
-// TestStreamSendsSnapshots: the stream is text/event-stream and its first event is a snapshot
-// numbered by its id.
+// TestStreamSendsSnapshots: the stream is text/event-stream, its first event is a snapshot
+// numbered by its id, and it ends when the server shuts down.
 func TestStreamSendsSnapshots(t *testing.T) {
 	e := fntest.NewEnv(t, nil)
 	e.Ping(t, "d-idle", timesSquare)
@@ -296,4 +296,16 @@ func TestStreamSendsSnapshots(t *testing.T) {
 	if s.Seq != 1 || s.Counts.DriversAvailable != 1 || len(s.Drivers) != 1 || s.Drivers[0].ID != "d-idle" {
 		t.Errorf("streamed snapshot %+v, want seq 1 with d-idle available", s)
 	}
+
+	// A server shutting down ends the stream (Shutdown waits for active requests; an open map would
+	// otherwise hold it for StreamMax).
+	sctx, scancel := context.WithTimeout(context.Background(), opsmap.StreamMax/2)
+	defer scancel()
+	if err := srv.Config.Shutdown(sctx); err != nil {
+		t.Errorf("shutdown with a stream open: %v", err)
+	}
+	for sc.Scan() {
+	}
+	resp.Body.Close()
+	srv.Close()
 }
