@@ -21,7 +21,9 @@
 // endpoint answer cross-site requests (CSRF) and outlive the tab. The page gets the token from a
 // field the operator pastes it into, or from the URL fragment (#token=...: a fragment is never sent
 // to a server, so no log sees it), keeps it in sessionStorage (this tab only, gone when it closes)
-// and takes the fragment out of the address bar at once. Nothing here logs a token.
+// and takes the fragment out of the address bar at once. Nothing here logs a token. A token is
+// checked when a stream opens; as a stream lasts at most StreamMax, an expired token stops the map
+// within that time (the page then asks for a new one).
 //
 // The read model (the queries, and one snapshot a second shared by every viewer of a replica) is
 // shared/opsview; this handler only routes and encodes.
