@@ -106,7 +106,7 @@ mkdir -p .local
 
 cat >&2 <<EOF
 
-dev: flagdown is ready: gateway $GW (health: $GW/readyz)
+dev: flagdown is ready: gateway $GW (health: $GW/readyz), live operations map $GW/map
 dev: try it from another shell in this folder:
 
 . $DEV_ENV    # GW, FLAGDOWN_JWT_SECRET, DATABASE_URL, REDIS_URL of this run
@@ -124,6 +124,9 @@ sleep 1; curl -s -X POST "\$GW/function/location-update" -H 'Content-Type: appli
   -d '{"lat": 40.7581, "lng": -73.9854}'
 curl -s -X POST "\$GW/function/accept" -H 'Content-Type: application/json' -H "Authorization: Bearer \$DRIVER" -d "{\"ride_id\": \"\$RIDE\"}"
 curl -s "\$GW/function/ride/\$RIDE" -H "Authorization: Bearer \$RIDER"
+# the live operations map, for the ops role: open the printed address in a browser (the token
+# travels in the fragment, which no server sees; the page keeps it in the tab and drops it from the URL)
+echo "\$GW/map#token=\$($BIN token --role ops --sub "ops-\$ID" --ttl 8h)"
 
 dev: Ctrl-C here stops flagdown dev and the services this run started.
 

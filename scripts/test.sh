@@ -50,6 +50,18 @@ if [[ " $GOTEST_FLAGS " == *" -race "* ]]; then
 	fi
 fi
 
+# The browser test of the live operations map (cmd/flagdown TestOpsMapInBrowser) drives Debian's
+# Chromium headless; it fails, saying how to install it, when there is none.
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+	if [ "${FLAGDOWN_NO_INSTALL:-0}" != 1 ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+		log "the browser test needs Chromium: installing chromium with apt-get"
+		apt-get update -q >&2
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >&2
+	else
+		log "WARNING: no Chromium (apt-get install -y chromium): TestOpsMapInBrowser will fail"
+	fi
+fi
+
 step "scripts/services.sh up --redis-server ${SERVICES_ARGS:-}"
 # --redis-server: TestChaosShort starts and restarts a redis-server of its own.
 # shellcheck disable=SC2086

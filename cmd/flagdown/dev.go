@@ -66,7 +66,7 @@ SIGINT/SIGTERM.`,
 			if err != nil {
 				return err
 			}
-			log.Info("flagdown dev ready", "gateway", "http://"+p.Addr(), "broker", p.natsURL,
+			log.Info("flagdown dev ready", "gateway", "http://"+p.Addr(), "map", "http://"+p.Addr()+"/map", "broker", p.natsURL,
 				"schema", p.deps.DB.Schema, "redis_prefix", cfg.RedisPrefix, "functions", len(functionSet))
 			<-cmd.Context().Done()
 			log.Info("shutting down")

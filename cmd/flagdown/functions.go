@@ -16,6 +16,7 @@ import (
 	match "github.com/flagdown/flagdown/functions/match"
 	nearby "github.com/flagdown/flagdown/functions/nearby"
 	notify "github.com/flagdown/flagdown/functions/notify"
+	opsmap "github.com/flagdown/flagdown/functions/ops-map"
 	ordercreate "github.com/flagdown/flagdown/functions/order-create"
 	reconcile "github.com/flagdown/flagdown/functions/reconcile"
 	ride "github.com/flagdown/flagdown/functions/ride"
@@ -42,6 +43,7 @@ var functionSet = []struct {
 	{"reconcile", func(d *app.Deps) http.Handler { return reconcile.New(d) }},
 	{"notify", func(d *app.Deps) http.Handler { return notify.New(d) }},
 	{"devices", func(d *app.Deps) http.Handler { return devices.New(d) }},
+	{"ops-map", func(d *app.Deps) http.Handler { return opsmap.New(d) }},
 }
 
 // cron calls url with POST every interval until ctx ends, like the flagdown-reconcile-cron CronJob
@@ -88,7 +90,7 @@ func callInternal(ctx context.Context, hc *http.Client, url string, keys *intern
 // gateway mounts every function under /function/<name> like the OpenFaaS gateway: the function
 // sees the rest of the path (/function/ride/{id}/start reaches ride as /{id}/start). Each function's
 // requests are counted and timed under its name (httpx.Instrument); GET /metrics serves them with
-// the platform's own families (extra: the fleet gauges).
+// the platform's own families (extra: the fleet gauges); GET /map redirects to the live operations map.
 func gateway(d *app.Deps, extra ...prometheus.Gatherer) *http.ServeMux {
 	mux := http.NewServeMux()
 	for _, fn := range functionSet {
@@ -100,6 +102,8 @@ func gateway(d *app.Deps, extra ...prometheus.Gatherer) *http.ServeMux {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, d.Log, dispatch.NotFound("function or path", r.URL.Path))
 	})
+	// The live operations map at a short address (the function itself is /function/ops-map/).
+	mux.Handle("GET /map", http.RedirectHandler("/function/ops-map/", http.StatusFound))
 	mux.Handle("GET /metrics", metrics.Handler(extra...))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
