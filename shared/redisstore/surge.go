@@ -69,15 +69,15 @@ func (s *Store) ReadSurge(ctx context.Context, surge bool, cell string, box disp
 	pickup dispatch.Point, nearRadiusM float64) (SurgeRead, error) {
 	pipe := s.rdb.Pipeline()
 	var demand *redis.Cmd
-	var supply *redis.GeoSearchLocationCmd
+	var supply *redis.StringSliceCmd
 	var mult *redis.SliceCmd
 	if surge {
 		demand = demandCountScript.Eval(ctx, pipe, []string{s.surgeDemandKey(cell)}, window.Milliseconds())
 		c := box.Center()
 		h, w := box.SizeM()
-		supply = pipe.GeoSearchLocation(ctx, s.geoKey(), &redis.GeoSearchLocationQuery{GeoSearchQuery: redis.GeoSearchQuery{
+		supply = pipe.GeoSearch(ctx, s.geoKey(), &redis.GeoSearchQuery{
 			Longitude: c.Lng, Latitude: c.Lat, BoxWidth: w, BoxHeight: h, BoxUnit: "m", Count: supplyBound,
-		}})
+		})
 		mult = pipe.HMGet(ctx, s.surgeMultKey(cell), "m", "at")
 	}
 	near := pipe.GeoSearchLocation(ctx, s.geoKey(), &redis.GeoSearchLocationQuery{
