@@ -120,7 +120,8 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		if err := f.d.Limiter().Allow(r.Context(), ratelimit.RideRequests, ride.RiderID, "rider_id", 1); err != nil {
 			return 0, nil, err
 		}
-		if err := f.price(r.Context(), ride, req.QuoteID); err != nil {
+		q, err := f.price(r.Context(), ride, req.QuoteID)
+		if err != nil {
 			return 0, nil, err
 		}
 		ride, created, err := f.create(r.Context(), ride, key)
@@ -131,7 +132,7 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		if !created {
 			status = http.StatusOK
 		} else {
-			f.d.Pricing().CountRequest(r.Context(), ride.Pickup, ride.ID)
+			f.d.Pricing().Requested(r.Context(), q, ride.ID)
 		}
 		return status, Response{RideID: ride.ID, Status: ride.Status, FareEstimateCents: ride.FareEstimateCents,
 			EstDistanceM: ride.EstDistanceM, EstDurationS: ride.EstDurationS,
@@ -180,17 +181,17 @@ func (f *Function) validate(req *Request, key string) (*dispatch.Ride, error) {
 }
 
 // price sets the ride's fare, multiplier and quoted wait from the rider's quote quoteID, or from a
-// quote made now when quoteID is empty.
-func (f *Function) price(ctx context.Context, ride *dispatch.Ride, quoteID string) error {
+// quote made now (pricing.Service.Price: nothing written) when quoteID is empty, and returns the quote.
+func (f *Function) price(ctx context.Context, ride *dispatch.Ride, quoteID string) (*pricing.Quote, error) {
 	var q *pricing.Quote
 	var err error
 	if quoteID != "" {
 		q, err = f.d.Pricing().Take(ctx, quoteID, ride.RiderID, ride.Pickup, ride.Dropoff)
 	} else {
-		q, err = f.d.Pricing().Estimate(ctx, ride.RiderID, ride.Pickup, ride.Dropoff)
+		q, err = f.d.Pricing().Price(ctx, ride.RiderID, ride.Pickup, ride.Dropoff)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ride.FareEstimateCents, ride.EstDistanceM, ride.EstDurationS = q.Fare.FareCents, q.Fare.DistanceM, q.Fare.DurationS
 	ride.SurgeMultiplier, ride.SurgeComputed = q.Multiplier, q.Computed
@@ -198,7 +199,7 @@ func (f *Function) price(ctx context.Context, ride *dispatch.Ride, quoteID strin
 		w := q.Wait.TotalS
 		ride.QuotedWaitS = &w
 	}
-	return nil
+	return q, nil
 }
 
 // create inserts the ride and its ride.requested outbox row, or returns the ride an earlier request

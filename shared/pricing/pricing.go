@@ -69,6 +69,9 @@ type Quote struct {
 	Wait *dispatch.WaitEstimate `json:"wait,omitempty"`
 	// ExpiresAt is when a stored quote can no longer be charged (host clock, for the rider's app).
 	ExpiresAt time.Time `json:"expires_at"`
+
+	// update is the cell's due multiplier update Price left for Requested.
+	update *pendingUpdate
 }
 
 // Service quotes fares and waits; one per process, safe for concurrent use.
@@ -99,11 +102,23 @@ func (s *Service) fareParams() dispatch.FareParams {
 
 func (s *Service) nearRadiusM() float64 { return s.cfg.SearchRadiiM[len(s.cfg.SearchRadiiM)-1] }
 
-// Estimate quotes a ride of riderID from pickup to dropoff (both already validated): the cell's
-// multiplier (updated if due), the fare with it, and the wait. It does not store the quote (Offer
-// does). In shadow mode it logs the computed multiplier. Errors: unavailable when Redis cannot be
-// read for the wait (surge data that cannot be read is missing data, charged 1.0).
+// Estimate quotes a ride of riderID from pickup to dropoff (both already validated), as
+// fare-estimate shows it: the cell's multiplier (updated first when its update is due), the fare
+// with it, and the wait. It does not store the quote (Offer does). In shadow mode it logs the
+// computed multiplier. Errors: unavailable when Redis cannot be read for the wait (surge data that
+// cannot be read is missing data, charged 1.0).
 func (s *Service) Estimate(ctx context.Context, riderID string, pickup, dropoff dispatch.Point) (*Quote, error) {
+	return s.quote(ctx, riderID, pickup, dropoff, true)
+}
+
+// Price quotes a ride as Estimate does but writes nothing: the multiplier is the one in force (the
+// stored one, capped), and an update that is due is kept in the quote for Requested to store once
+// the ride exists (order-create without a quote: a refused request writes nothing).
+func (s *Service) Price(ctx context.Context, riderID string, pickup, dropoff dispatch.Point) (*Quote, error) {
+	return s.quote(ctx, riderID, pickup, dropoff, false)
+}
+
+func (s *Service) quote(ctx context.Context, riderID string, pickup, dropoff dispatch.Point, update bool) (*Quote, error) {
 	q := &Quote{RiderID: riderID, Pickup: pickup, Dropoff: dropoff, Mode: s.mode,
 		Cell: dispatch.Geohash(pickup, dispatch.SurgeCellPrecision), Multiplier: 1}
 	box, _ := dispatch.GeohashBox(q.Cell)
@@ -119,7 +134,7 @@ func (s *Service) Estimate(ctx context.Context, riderID string, pickup, dropoff 
 		return nil, err
 	}
 	if surge {
-		m := s.multiplier(ctx, q.Cell, rd)
+		m := s.multiplier(ctx, q, rd, update)
 		q.Computed, q.Load = &m, rd.Load
 		q.Multiplier = dispatch.Charged(s.mode, m)
 		if s.mode == dispatch.SurgeShadow {
@@ -133,31 +148,53 @@ func (s *Service) Estimate(ctx context.Context, riderID string, pickup, dropoff 
 	return q, nil
 }
 
+// pendingUpdate is a cell's next multiplier, to store compare-and-set on the time of the one it
+// was computed from (redisstore.StoreSurge).
+type pendingUpdate struct {
+	next     float64
+	prevAtMs int64
+}
+
 // multiplier is the cell's current multiplier: the stored one, capped (dispatch.CapSurge), or, when
-// an update is due, the next one (dispatch.SurgeMultiplier from the stored one) if this call wins
-// the update. A failed store keeps the stored value (logged): the step limit is never broken.
-func (s *Service) multiplier(ctx context.Context, cell string, rd redisstore.SurgeRead) float64 {
+// an update is due, the next one (dispatch.SurgeMultiplier from the stored one). With store it
+// stores the next one at once and answers whatever the store left (another estimate may have won
+// the update); without, it answers the one in force and keeps the update in q for Requested. A
+// failed store keeps the stored value (logged): the step limit is never broken.
+func (s *Service) multiplier(ctx context.Context, q *Quote, rd redisstore.SurgeRead, store bool) float64 {
 	emergency := s.cfg.SurgeEmergency
-	due := rd.PrevAtMs == 0 || rd.NowMs-rd.PrevAtMs >= s.cfg.SurgeUpdateInterval.Milliseconds()
-	if !due {
-		return dispatch.RoundMultiplier(dispatch.CapSurge(s.params, rd.Prev, emergency))
+	inForce := 1.0 // no data
+	if rd.PrevAtMs != 0 {
+		inForce = dispatch.RoundMultiplier(dispatch.CapSurge(s.params, rd.Prev, emergency))
+	}
+	if rd.PrevAtMs != 0 && rd.NowMs-rd.PrevAtMs < s.cfg.SurgeUpdateInterval.Milliseconds() {
+		return inForce
 	}
 	prev := rd.Prev
 	if rd.PrevAtMs == 0 {
 		prev = 1 // no data: start from 1.0
 	}
-	next := dispatch.RoundMultiplier(dispatch.SurgeMultiplier(s.params, prev, rd.Load, true, emergency))
-	// The key outlives a few windows of silence; past that the cell has no data.
-	ttl := max(3*s.cfg.SurgeWindow, 10*s.cfg.SurgeUpdateInterval)
-	cur, _, err := s.store.StoreSurge(ctx, cell, next, rd.PrevAtMs, s.cfg.SurgeUpdateInterval, ttl)
+	up := pendingUpdate{next: dispatch.RoundMultiplier(dispatch.SurgeMultiplier(s.params, prev, rd.Load, true, emergency)), prevAtMs: rd.PrevAtMs}
+	if !store {
+		q.update = &up
+		return inForce
+	}
+	cur, err := s.storeUpdate(ctx, q.Cell, up)
 	if err != nil {
-		s.log.Warn("surge update not stored", "cell", cell, "err", err)
-		if rd.PrevAtMs == 0 {
-			return 1
-		}
-		cur = rd.Prev
+		s.log.Warn("surge update not stored", "cell", q.Cell, "err", err)
+		return inForce
 	}
 	return dispatch.RoundMultiplier(dispatch.CapSurge(s.params, cur, emergency))
+}
+
+// surgeTTL is how long a cell's multiplier is kept without updates: a few windows of silence;
+// past that the cell has no data (1.0).
+func (s *Service) surgeTTL() time.Duration {
+	return max(3*s.cfg.SurgeWindow, 10*s.cfg.SurgeUpdateInterval)
+}
+
+func (s *Service) storeUpdate(ctx context.Context, cell string, up pendingUpdate) (float64, error) {
+	cur, _, err := s.store.StoreSurge(ctx, cell, up.next, up.prevAtMs, s.cfg.SurgeUpdateInterval, s.surgeTTL())
+	return cur, err
 }
 
 // Offer stores q under a new id for QuoteTTL and sets q.ID and q.ExpiresAt.
@@ -191,15 +228,23 @@ func (s *Service) Take(ctx context.Context, id, riderID string, pickup, dropoff 
 	return &q, nil
 }
 
-// CountRequest counts the request of ride rideID in its pickup's cell (demand), unless surge is
-// off. A failure is logged, not returned: the ride exists, and a missed count only lowers demand.
-func (s *Service) CountRequest(ctx context.Context, pickup dispatch.Point, rideID string) {
+// Requested records that ride rideID was created at quote q: its request counts in the pickup
+// cell's demand, and the multiplier update Price found due is stored (compare-and-set, so it is
+// lost to any update made meanwhile), in one pipelined round trip; nothing when surge is off. A
+// failure is logged, not returned: the ride exists, and a missed count only lowers demand.
+func (s *Service) Requested(ctx context.Context, q *Quote, rideID string) {
 	if s.mode == dispatch.SurgeOff {
 		return
 	}
-	cell := dispatch.Geohash(pickup, dispatch.SurgeCellPrecision)
-	if err := s.store.CountDemand(ctx, cell, rideID, s.cfg.SurgeWindow); err != nil {
-		s.log.Warn("surge demand not counted", "cell", cell, "ride_id", rideID, "err", err)
+	var next float64
+	var prevAtMs int64
+	due := q.update != nil
+	if due {
+		next, prevAtMs = q.update.next, q.update.prevAtMs
+	}
+	if err := s.store.CountDemandAndStoreSurge(ctx, q.Cell, rideID, s.cfg.SurgeWindow, due, next, prevAtMs,
+		s.cfg.SurgeUpdateInterval, s.surgeTTL()); err != nil {
+		s.log.Warn("surge demand not counted", "cell", q.Cell, "ride_id", rideID, "err", err)
 	}
 }
 

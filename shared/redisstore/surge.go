@@ -27,11 +27,10 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return now
 `)
 
-// demandCountScript counts a cell's requests within the window (ARGV[1], ms) before Redis's now,
-// trimming older ones, and returns {count, now ms}.
+// demandCountScript counts a cell's requests within the window (ARGV[1], ms) before Redis's now and
+// returns {count, now ms}; it writes nothing (demandAddScript trims).
 var demandCountScript = redis.NewScript(redisNowMs + `
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]))
-return {redis.call('ZCARD', KEYS[1]), now}
+return {redis.call('ZCOUNT', KEYS[1], '(' .. (now - tonumber(ARGV[1])), '+inf'), now}
 `)
 
 // CountDemand records the request of ride rideID from geohash cell cell in the cell's sliding
@@ -39,6 +38,20 @@ return {redis.call('ZCARD', KEYS[1]), now}
 // retried call, counts once). One round trip.
 func (s *Store) CountDemand(ctx context.Context, cell, rideID string, window time.Duration) error {
 	return unavailable(demandAddScript.Run(ctx, s.rdb, []string{s.surgeDemandKey(cell)}, rideID, window.Milliseconds()).Err())
+}
+
+// CountDemandAndStoreSurge is CountDemand and, when store is true, StoreSurge(cell, m, prevAtMs,
+// interval, ttl) in one pipelined round trip (each a script on its own key).
+func (s *Store) CountDemandAndStoreSurge(ctx context.Context, cell, rideID string, window time.Duration, store bool, m float64, prevAtMs int64,
+	interval, ttl time.Duration) error {
+	pipe := s.rdb.Pipeline()
+	demandAddScript.Eval(ctx, pipe, []string{s.surgeDemandKey(cell)}, rideID, window.Milliseconds())
+	if store {
+		surgeStoreScript.Eval(ctx, pipe, []string{s.surgeMultKey(cell)},
+			strconv.FormatFloat(m, 'f', -1, 64), prevAtMs, interval.Milliseconds(), ttl.Milliseconds())
+	}
+	_, err := pipe.Exec(ctx)
+	return unavailable(err)
 }
 
 // SurgeRead is what ReadSurge saw of a cell and of the supply near a pickup.

@@ -196,6 +196,8 @@ func TestSummaryJSONKeys(t *testing.T) {
 		"final_status_known", "no_answer_prob", "offline_prob_per_h", "ride_status_counts", "accept_conflict_reasons",
 		"verify_ran", "verify_error", "verify_grace_s", "verify_violations", "verify_examples",
 		"match_mode", "driver_starts", "driver_start_trips_before", "driver_start_trips_fallback",
+		"surge_mode", "surge_quotes", "surge_charged_p50", "surge_charged_max", "surge_computed_p50", "surge_computed_max",
+		"surge_by_minute", "wait_estimate_count", "wait_estimate_mae_s", "wait_estimate_mean_s", "wait_actual_mean_s",
 	} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("summary JSON lacks %q", k)
