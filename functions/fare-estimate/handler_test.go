@@ -293,3 +293,29 @@ func TestSurgeCapsApplyAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// An accept feeds the recent match delay (request → accept, PostgreSQL's clock), and the next
+// estimate's wait carries it.
+func TestAcceptFeedsTheWaitEstimate(t *testing.T) {
+	t.Parallel()
+	env := fntest.NewEnv(t, nil)
+	env.Ping(t, "d-1", fntest.Offset(pickup, 100, 0))
+	rideID := env.CreateRide(t, "r-1", pickup, dropoff)
+	// The ride waited 40 s for its accept.
+	env.Exec(t, `UPDATE rides SET match_started_at = now() - interval '40 seconds' WHERE id = $1`, rideID)
+	env.MatchRide(t, rideID)
+	driver := env.OfferedDriver(t, rideID)
+	if status, body := env.AcceptRide(t, rideID, driver); status != http.StatusOK {
+		t.Fatalf("accept: %d %v", status, body)
+	}
+	d, err := env.D.Redis.MatchDelay(context.Background())
+	if err != nil || d < 40 || d > 70 {
+		t.Fatalf("match delay %v (%v), want the ride's 40 s and a little", d, err)
+	}
+	env.Ping(t, "d-2", fntest.Offset(pickup, 700, 0)) // 700 × 1.3 / 7 = 130 s away
+	q := estimate(t, env, "r-2")
+	if num(t, q, "wait_match_s") != math.Round(d*10)/10 || math.Abs(num(t, q, "wait_drive_s")-130) > 1 ||
+		math.Abs(num(t, q, "est_wait_s")-(d+130)) > 1.5 {
+		t.Fatalf("wait after the accept: %v (match delay %v)", q, d)
+	}
+}
