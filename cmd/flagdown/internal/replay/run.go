@@ -1292,6 +1292,7 @@ func (s *sim) surgeSummary(sum *Summary) {
 	for _, row := range byMin {
 		row.ChargedP50, row.ChargedMax = Percentile(row.charged, 50), Percentile(row.charged, 100)
 		row.ComputedP50, row.ComputedMax = Percentile(row.computed, 50), Percentile(row.computed, 100)
+		row.charged, row.computed = nil, nil
 		sum.SurgeByMinute = append(sum.SurgeByMinute, *row)
 	}
 	sort.Slice(sum.SurgeByMinute, func(i, j int) bool { return sum.SurgeByMinute[i].Minute < sum.SurgeByMinute[j].Minute })
