@@ -774,6 +774,9 @@ func (s *sim) orderCreate(tr Trip) {
 		answered := time.Now()
 		s.post(func() {
 			var ae *APIError
+			if qerr != nil && !(errors.As(qerr, &ae) && ae.Status == http.StatusNotFound) {
+				s.noteErr("fare-estimate", qerr) // a platform without fare-estimate (404) is not an error
+			}
 			if err != nil && sock != nil {
 				s.closeRider(&ride{riderSock: sock})
 			}
