@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/url"
 	"reflect"
 	"regexp"
@@ -328,12 +329,20 @@ func (c *Config) Validate() error {
 	if c.SurgeMode != "off" && c.SurgeMode != "shadow" && c.SurgeMode != "on" {
 		return fmt.Errorf("config: FLAGDOWN_SURGE_MODE must be off, shadow or on")
 	}
-	if c.SurgeWindow < time.Minute || c.SurgeUpdateInterval < time.Second {
-		return fmt.Errorf("config: FLAGDOWN_SURGE_WINDOW must be at least 1m and FLAGDOWN_SURGE_UPDATE_INTERVAL at least 1s")
-	}
-	if !(c.SurgeFloor >= 1) || !(c.SurgeCeiling >= c.SurgeFloor) || c.SurgeCeiling > 100 || !(c.SurgeMaxStep > 0) || !(c.SurgeEmergencyCap >= 1) {
-		return fmt.Errorf("config: FLAGDOWN_SURGE_FLOOR must be >= 1.0, FLAGDOWN_SURGE_CEILING >= the floor and <= 100, " +
-			"FLAGDOWN_SURGE_MAX_STEP > 0, FLAGDOWN_SURGE_EMERGENCY_CAP >= 1.0")
+	for _, r := range []struct {
+		bad  bool
+		rule string
+	}{
+		{c.SurgeWindow < time.Minute, "FLAGDOWN_SURGE_WINDOW must be at least 1m"},
+		{c.SurgeUpdateInterval < time.Second, "FLAGDOWN_SURGE_UPDATE_INTERVAL must be at least 1s"},
+		{!(c.SurgeFloor >= 1) || math.IsInf(c.SurgeFloor, 0), "FLAGDOWN_SURGE_FLOOR must be a number >= 1.0 (surge never discounts)"},
+		{!(c.SurgeCeiling >= c.SurgeFloor) || c.SurgeCeiling > 100, "FLAGDOWN_SURGE_CEILING must be >= FLAGDOWN_SURGE_FLOOR and <= 100"},
+		{!(c.SurgeMaxStep > 0) || math.IsInf(c.SurgeMaxStep, 0), "FLAGDOWN_SURGE_MAX_STEP must be a number > 0"},
+		{!(c.SurgeEmergencyCap >= 1) || math.IsInf(c.SurgeEmergencyCap, 0), "FLAGDOWN_SURGE_EMERGENCY_CAP must be a number >= 1.0"},
+	} {
+		if r.bad {
+			return fmt.Errorf("config: %s", r.rule)
+		}
 	}
 	if err := logging.CheckFormat(c.LogFormat); err != nil {
 		return fmt.Errorf("config: FLAGDOWN_LOG_FORMAT: %w", err)
