@@ -10,7 +10,9 @@
 // computed lazily: an estimate finding the cell's stored multiplier at least
 // FLAGDOWN_SURGE_UPDATE_INTERVAL old (or none) computes the next one with dispatch.SurgeMultiplier
 // from it and stores it compare-and-set (redisstore.StoreSurge), so a multiplier moves by at most
-// FLAGDOWN_SURGE_MAX_STEP per interval however many estimates race. The ceiling and the emergency
+// FLAGDOWN_SURGE_MAX_STEP per interval however many estimates race. order-create without a quote
+// prices at the multiplier in force and writes nothing before the ride exists (Price); the due
+// update goes with the demand count after the insert (Requested). The ceiling and the emergency
 // cap apply at once, also to a stored value (dispatch.CapSurge); a cell whose stored multiplier
 // expired has no data and restarts from 1.0; when the surge data cannot be read the rider is
 // charged 1.0 (missing data) and the failure is logged.
