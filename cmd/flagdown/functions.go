@@ -12,6 +12,7 @@ import (
 	accept "github.com/flagdown/flagdown/functions/accept"
 	devices "github.com/flagdown/flagdown/functions/devices"
 	expirynotification "github.com/flagdown/flagdown/functions/expiry-notification"
+	fareestimate "github.com/flagdown/flagdown/functions/fare-estimate"
 	locationupdate "github.com/flagdown/flagdown/functions/location-update"
 	match "github.com/flagdown/flagdown/functions/match"
 	nearby "github.com/flagdown/flagdown/functions/nearby"
@@ -39,6 +40,7 @@ var functionSet = []struct {
 	{"accept", func(d *app.Deps) http.Handler { return accept.New(d) }},
 	{"ride", func(d *app.Deps) http.Handler { return ride.New(d) }},
 	{"nearby", func(d *app.Deps) http.Handler { return nearby.New(d) }},
+	{"fare-estimate", func(d *app.Deps) http.Handler { return fareestimate.New(d) }},
 	{"expiry-notification", func(d *app.Deps) http.Handler { return expirynotification.New(d) }},
 	{"reconcile", func(d *app.Deps) http.Handler { return reconcile.New(d) }},
 	{"notify", func(d *app.Deps) http.Handler { return notify.New(d) }},

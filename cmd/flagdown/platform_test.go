@@ -117,10 +117,23 @@ func TestReplayEndToEnd(t *testing.T) {
 	if _, err := os.Stat(opts.SummaryPath); err != nil {
 		t.Fatalf("summary not written: %v", err)
 	}
+	// Every ride was ordered at its fare-estimate quote; surge runs in shadow mode (the default):
+	// computed for every ride, charged 1.0.
+	if sum.SurgeQuotes != sum.RidesRequested || sum.SurgeMode != "shadow" || sum.SurgeChargedMax != 1 || sum.SurgeComputedP50 < 1 ||
+		len(sum.SurgeByMinute) == 0 || sum.WaitEstimateCount == 0 {
+		t.Errorf("surge: %d quotes for %d rides, mode %q, charged max %v, computed p50 %v, %d minutes, %d wait samples",
+			sum.SurgeQuotes, sum.RidesRequested, sum.SurgeMode, sum.SurgeChargedMax, sum.SurgeComputedP50, len(sum.SurgeByMinute), sum.WaitEstimateCount)
+	}
 
 	pool := p.deps.DB.Pool
 	bg := context.Background()
 	var n int
+	if err := pool.QueryRow(bg, `SELECT count(*) FROM rides WHERE surge_multiplier <> 1 OR surge_computed IS NULL`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d rides charged surge or without the computed multiplier in shadow mode", n)
+	}
 	// Every accepted-or-later ride has exactly one accepted offer, to its driver.
 	if err := pool.QueryRow(bg, `SELECT count(*) FROM rides r WHERE r.status IN ('ACCEPTED','IN_PROGRESS','COMPLETED')
 		AND (SELECT count(*) FROM offers o WHERE o.ride_id = r.id AND o.status = 'ACCEPTED' AND o.driver_id = r.driver_id) <> 1`).Scan(&n); err != nil {
@@ -161,6 +174,8 @@ func TestReplayEndToEnd(t *testing.T) {
 	}
 	t.Logf("requested %d, matched %d (%.0f%%), offer latency p50 %.1f ms p99 %.1f ms",
 		sum.RidesRequested, sum.RidesMatched, 100*sum.MatchRate, sum.OfferLatencyP50Ms, sum.OfferLatencyP99Ms)
+	t.Logf("surge computed p50 %.2f max %.2f by minute %+v; wait estimate MAE %.1f s (n=%d, mean quoted %.1f s, actual %.1f s)",
+		sum.SurgeComputedP50, sum.SurgeComputedMax, sum.SurgeByMinute, sum.WaitEstimateMAES, sum.WaitEstimateCount, sum.WaitEstimateMeanS, sum.WaitActualMeanS)
 }
 
 // TestReplaySinglePingsEndToEnd drives the real platform with one ping per request (no batching).

@@ -44,7 +44,8 @@ func TestTokenCommand(t *testing.T) {
 // without a token answers 401 with the JSON error and WWW-Authenticate, never a stack trace.
 func TestGatewayRefusesClientsWithoutToken(t *testing.T) {
 	p := startTestPlatform(t)
-	for _, path := range []string{"/function/ride/00000000-0000-4000-8000-000000000000", "/function/nearby?lat=40.75&lng=-73.98"} {
+	for _, path := range []string{"/function/ride/00000000-0000-4000-8000-000000000000", "/function/nearby?lat=40.75&lng=-73.98",
+		"/function/fare-estimate?pickup=40.7549,-73.9840&dropoff=40.7306,-73.9866"} {
 		resp, err := http.Get("http://" + p.Addr() + path)
 		if err != nil {
 			t.Fatal(err)

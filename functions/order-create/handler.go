@@ -1,9 +1,14 @@
 // Package function is the order-create function: a rider requests a ride.
 //
-// POST /function/order-create {"rider_id", "pickup": {lat, lng}, "dropoff": {lat, lng}} with an
-// optional Idempotency-Key header. The ride is inserted REQUESTED with a fare estimate together with
+// POST /function/order-create {"rider_id", "pickup": {lat, lng}, "dropoff": {lat, lng}, "quote_id"}
+// with an optional Idempotency-Key header. The ride is inserted REQUESTED with a fare estimate together with
 // its ride.requested outbox row in one transaction; the relay then publishes the event that triggers
 // matching. Answers 202 (200 when the Idempotency-Key names an existing ride).
+//
+// The fare, its surge multiplier and the quoted wait come from shared/pricing: the quote of
+// fare-estimate the rider names in quote_id (what he was shown; his own, for the same pickup and
+// dropoff, still valid), or, without quote_id, a quote made now. The rider never sends a price or a
+// multiplier. Once the ride exists its request counts in the pickup cell's surge demand.
 //
 // Callers need a rider token (auth.Require); the ride is the token's subject's: rider_id may be left
 // out and, if sent, must be his (else 403). So the 409 rider_has_open_ride, which names the open
@@ -22,6 +27,7 @@ import (
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/pgstore"
+	"github.com/flagdown/flagdown/shared/pricing"
 	"github.com/flagdown/flagdown/shared/ratelimit"
 )
 
@@ -64,6 +70,9 @@ type Request struct {
 	// Pickup and Dropoff must lie in the service area (FLAGDOWN_SERVICE_AREA).
 	Pickup  *PointRequest `json:"pickup"`
 	Dropoff *PointRequest `json:"dropoff"`
+	// QuoteID is optional: the quote_id of a fare-estimate answer, whose fare and multiplier the
+	// ride is then charged.
+	QuoteID string `json:"quote_id,omitempty"`
 }
 
 // Response is the answer: the ride and its fare estimate.
@@ -75,6 +84,10 @@ type Response struct {
 	EstDistanceM float64 `json:"est_distance_m"`
 	// EstDurationS is the estimated driving time in seconds.
 	EstDurationS float64 `json:"est_duration_s"`
+	// SurgeMultiplier is the multiplier in FareEstimateCents (1.0 without surge).
+	SurgeMultiplier float64 `json:"surge_multiplier"`
+	// QuotedWaitS is the predicted pickup wait, seconds; left out when no driver was near.
+	QuotedWaitS *float64 `json:"quoted_wait_s,omitempty"`
 }
 
 // ServeHTTP handles POST /function/order-create.
@@ -98,8 +111,17 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
+		if req.QuoteID != "" {
+			if err := dispatch.ValidateRideID("quote_id", req.QuoteID); err != nil {
+				return 0, nil, dispatch.Invalid("quote_id", "must be the quote_id of a fare-estimate answer (a lower-case UUID)")
+			}
+		}
 		// Valid requests spend the rider's budget (FLAGDOWN_RATE_RIDES_PER_MIN); refused ones do not.
 		if err := f.d.Limiter().Allow(r.Context(), ratelimit.RideRequests, ride.RiderID, "rider_id", 1); err != nil {
+			return 0, nil, err
+		}
+		q, err := f.price(r.Context(), ride, req.QuoteID)
+		if err != nil {
 			return 0, nil, err
 		}
 		ride, created, err := f.create(r.Context(), ride, key)
@@ -109,9 +131,12 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		status := http.StatusAccepted
 		if !created {
 			status = http.StatusOK
+		} else {
+			f.d.Pricing().Requested(r.Context(), q, ride.ID)
 		}
 		return status, Response{RideID: ride.ID, Status: ride.Status, FareEstimateCents: ride.FareEstimateCents,
-			EstDistanceM: ride.EstDistanceM, EstDurationS: ride.EstDurationS}, nil
+			EstDistanceM: ride.EstDistanceM, EstDurationS: ride.EstDurationS,
+			SurgeMultiplier: dispatch.RoundMultiplier(ride.SurgeMultiplier), QuotedWaitS: ride.QuotedWaitS}, nil
 	})
 }
 
@@ -150,15 +175,31 @@ func (f *Function) validate(req *Request, key string) (*dispatch.Ride, error) {
 	if err := dispatch.ValidateRidePoint("dropoff", dropoff, area); err != nil {
 		return nil, err
 	}
-	c := f.d.Config
-	est := dispatch.EstimateFare(dispatch.FareParams{
-		BaseCents: c.FareBaseCents, PerKmCents: c.FarePerKmCents, PerMinCents: c.FarePerMinCents,
-		MinimumCents: c.FareMinimumCents, RoadFactor: c.RoadFactor, AvgSpeedMPS: c.AvgSpeedMPS,
-	}, pickup, dropoff)
 	return &dispatch.Ride{
 		ID: uuid.NewString(), RiderID: req.RiderID, Status: dispatch.RideRequested, Pickup: pickup, Dropoff: dropoff,
-		FareEstimateCents: est.FareCents, EstDistanceM: est.DistanceM, EstDurationS: est.DurationS,
 	}, nil
+}
+
+// price sets the ride's fare, multiplier and quoted wait from the rider's quote quoteID, or from a
+// quote made now (pricing.Service.Price: nothing written) when quoteID is empty, and returns the quote.
+func (f *Function) price(ctx context.Context, ride *dispatch.Ride, quoteID string) (*pricing.Quote, error) {
+	var q *pricing.Quote
+	var err error
+	if quoteID != "" {
+		q, err = f.d.Pricing().Take(ctx, quoteID, ride.RiderID, ride.Pickup, ride.Dropoff)
+	} else {
+		q, err = f.d.Pricing().Price(ctx, ride.RiderID, ride.Pickup, ride.Dropoff)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ride.FareEstimateCents, ride.EstDistanceM, ride.EstDurationS = q.Fare.FareCents, q.Fare.DistanceM, q.Fare.DurationS
+	ride.SurgeMultiplier, ride.SurgeComputed = q.Multiplier, q.Computed
+	if q.Wait != nil {
+		w := q.Wait.TotalS
+		ride.QuotedWaitS = &w
+	}
+	return q, nil
 }
 
 // create inserts the ride and its ride.requested outbox row, or returns the ride an earlier request

@@ -89,6 +89,15 @@ type View struct {
 	// EstDistanceM is the estimated road distance in metres; EstDurationS the driving time in seconds.
 	EstDistanceM float64 `json:"est_distance_m"`
 	EstDurationS float64 `json:"est_duration_s"`
+	// SurgeMultiplier is the surge multiplier in FareEstimateCents (1.0 without surge).
+	SurgeMultiplier float64 `json:"surge_multiplier"`
+	// QuotedWaitS is the pickup wait the rider was quoted at the request, seconds; left out when
+	// none was (no driver near).
+	QuotedWaitS *float64 `json:"quoted_wait_s,omitempty"`
+	// EstWaitS is, while the ride is REQUESTED, the pickup wait predicted now (pricing.Service.Wait:
+	// the recent match delay less the time already waited, plus the nearest available driver's
+	// drive), seconds; left out otherwise or when no driver is near.
+	EstWaitS *float64 `json:"est_wait_s,omitempty"`
 	// DriverPosition is the driver's live position while the ride is ACCEPTED or IN_PROGRESS.
 	DriverPosition *redisstore.RidePosition `json:"driver_position,omitempty"`
 	MatchAttempts  int                      `json:"match_attempts"`
@@ -169,6 +178,7 @@ func (f *Function) view(ctx context.Context, id string, allow func(*dispatch.Rid
 		RideID: ride.ID, RiderID: ride.RiderID, Status: ride.Status, DriverID: ride.DriverID,
 		Pickup: ride.Pickup, Dropoff: ride.Dropoff, FareEstimateCents: ride.FareEstimateCents,
 		EstDistanceM: ride.EstDistanceM, EstDurationS: ride.EstDurationS,
+		SurgeMultiplier: dispatch.RoundMultiplier(ride.SurgeMultiplier), QuotedWaitS: ride.QuotedWaitS,
 		MatchAttempts: ride.MatchAttempts, MatchNote: ride.MatchNote, CreatedAt: ride.CreatedAt, FirstMatchAt: ride.FirstMatchAt,
 		FirstOfferedAt: ride.FirstOfferedAt, AcceptedAt: ride.AcceptedAt, StartedAt: ride.StartedAt,
 		CompletedAt: ride.CompletedAt, CancelledAt: ride.CancelledAt,
@@ -176,6 +186,15 @@ func (f *Function) view(ctx context.Context, id string, allow func(*dispatch.Rid
 	if ride.Status.Active() {
 		if v.DriverPosition, err = f.d.Redis.RidePosition(ctx, ride.ID, ride.DriverID); err != nil {
 			return nil, err
+		}
+	}
+	if ride.Status == dispatch.RideRequested {
+		w, err := f.d.Pricing().Wait(ctx, ride.Pickup, ride.MatchStartedAt)
+		if err != nil {
+			return nil, err
+		}
+		if w != nil {
+			v.EstWaitS = &w.TotalS
 		}
 	}
 	return v, nil

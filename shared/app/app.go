@@ -21,6 +21,7 @@ import (
 	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/logging"
 	"github.com/flagdown/flagdown/shared/pgstore"
+	"github.com/flagdown/flagdown/shared/pricing"
 	"github.com/flagdown/flagdown/shared/push"
 	"github.com/flagdown/flagdown/shared/ratelimit"
 	"github.com/flagdown/flagdown/shared/redisstore"
@@ -41,6 +42,8 @@ type Deps struct {
 	internal     *internalauth.Keys
 	limiterOnce  sync.Once
 	limiter      *ratelimit.Limiter
+	pricingOnce  sync.Once
+	pricing      *pricing.Service
 	pushOnce     sync.Once
 	pusher       *push.Pusher
 	snsOnce      sync.Once
@@ -112,6 +115,13 @@ func (d *Deps) Limiter() *ratelimit.Limiter {
 		})
 	})
 	return d.limiter
+}
+
+// Pricing returns the process's fare and wait quoter (shared/pricing) over its Redis, with the
+// surge settings of FLAGDOWN_SURGE_*, built once.
+func (d *Deps) Pricing() *pricing.Service {
+	d.pricingOnce.Do(func() { d.pricing = pricing.New(d.Redis, d.Config, d.Log) })
+	return d.pricing
 }
 
 // Internal returns the internal credential of Config.InternalSecret (shared/internalauth), parsed

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/url"
 	"reflect"
 	"regexp"
@@ -87,6 +88,29 @@ type Config struct {
 	RoadFactor float64 `env:"FLAGDOWN_ROAD_FACTOR" envDefault:"1.3"`
 	// AvgSpeedMPS is the average city driving speed used for the duration estimate, metres per second.
 	AvgSpeedMPS float64 `env:"FLAGDOWN_AVG_SPEED_MPS" envDefault:"7"`
+
+	// SurgeMode is what surge does (dispatch.SurgeMode): off (nothing computed, 1.0 charged),
+	// shadow (computed and logged, 1.0 charged; the default, so surge is watched before it prices
+	// anyone) or on (the computed multiplier is charged).
+	SurgeMode string `env:"FLAGDOWN_SURGE_MODE" envDefault:"shadow"`
+	// SurgeWindow is the sliding window over which a cell's demand (ride requests) is counted.
+	SurgeWindow time.Duration `env:"FLAGDOWN_SURGE_WINDOW" envDefault:"5m"`
+	// SurgeUpdateInterval is the least time between two updates of a cell's multiplier: each update
+	// moves it by at most SurgeMaxStep, so it rises from 1.0 to the ceiling in no less than
+	// (ceiling − 1) / step intervals.
+	SurgeUpdateInterval time.Duration `env:"FLAGDOWN_SURGE_UPDATE_INTERVAL" envDefault:"30s"`
+	// SurgeFloor is the lowest computed multiplier (≥ 1.0: surge never discounts).
+	SurgeFloor float64 `env:"FLAGDOWN_SURGE_FLOOR" envDefault:"1.0"`
+	// SurgeCeiling is the highest multiplier (≥ SurgeFloor).
+	SurgeCeiling float64 `env:"FLAGDOWN_SURGE_CEILING" envDefault:"3.0"`
+	// SurgeMaxStep is the most a cell's multiplier moves in one update (> 0).
+	SurgeMaxStep float64 `env:"FLAGDOWN_SURGE_MAX_STEP" envDefault:"0.25"`
+	// SurgeEmergency declares an emergency (a storm, a transit shutdown): every multiplier is at most
+	// SurgeEmergencyCap at once.
+	SurgeEmergency bool `env:"FLAGDOWN_SURGE_EMERGENCY" envDefault:"false"`
+	// SurgeEmergencyCap is the highest multiplier during a declared emergency (≥ 1.0; 1.0 suspends
+	// surge).
+	SurgeEmergencyCap float64 `env:"FLAGDOWN_SURGE_EMERGENCY_CAP" envDefault:"1.0"`
 
 	// ServiceArea is the box rides may start and end in: "minLat,minLng,maxLat,maxLng" in WGS84
 	// degrees. The default is the New York City metro area (the five boroughs, JFK, LGA, EWR, near NJ).
@@ -301,6 +325,24 @@ func (c *Config) Validate() error {
 	if c.BatchWindow < 10*time.Millisecond || (c.MatchMode == MatchBatch && c.BatchWindow >= c.ReconcileGrace) {
 		return fmt.Errorf("config: FLAGDOWN_BATCH_WINDOW (%s) must be at least 10ms and, in batch mode, shorter than FLAGDOWN_RECONCILE_GRACE (%s): "+
 			"reconcile would otherwise match again the rides waiting for their window", c.BatchWindow, c.ReconcileGrace)
+	}
+	if c.SurgeMode != "off" && c.SurgeMode != "shadow" && c.SurgeMode != "on" {
+		return fmt.Errorf("config: FLAGDOWN_SURGE_MODE must be off, shadow or on")
+	}
+	for _, r := range []struct {
+		bad  bool
+		rule string
+	}{
+		{c.SurgeWindow < time.Minute, "FLAGDOWN_SURGE_WINDOW must be at least 1m"},
+		{c.SurgeUpdateInterval < time.Second, "FLAGDOWN_SURGE_UPDATE_INTERVAL must be at least 1s"},
+		{!(c.SurgeFloor >= 1) || math.IsInf(c.SurgeFloor, 0), "FLAGDOWN_SURGE_FLOOR must be a number >= 1.0 (surge never discounts)"},
+		{!(c.SurgeCeiling >= c.SurgeFloor) || c.SurgeCeiling > 100, "FLAGDOWN_SURGE_CEILING must be >= FLAGDOWN_SURGE_FLOOR and <= 100"},
+		{!(c.SurgeMaxStep > 0) || math.IsInf(c.SurgeMaxStep, 0), "FLAGDOWN_SURGE_MAX_STEP must be a number > 0"},
+		{!(c.SurgeEmergencyCap >= 1) || math.IsInf(c.SurgeEmergencyCap, 0), "FLAGDOWN_SURGE_EMERGENCY_CAP must be a number >= 1.0"},
+	} {
+		if r.bad {
+			return fmt.Errorf("config: %s", r.rule)
+		}
 	}
 	if err := logging.CheckFormat(c.LogFormat); err != nil {
 		return fmt.Errorf("config: FLAGDOWN_LOG_FORMAT: %w", err)

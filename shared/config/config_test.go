@@ -17,6 +17,11 @@ func TestDefaults(t *testing.T) {
 	if got, want := c.OfferWindow, 15*time.Second; got != want {
 		t.Errorf("OfferWindow = %v, want %v", got, want)
 	}
+	if c.SurgeMode != "shadow" || c.SurgeFloor != 1 || c.SurgeCeiling != 3 || c.SurgeMaxStep != 0.25 || c.SurgeEmergency || c.SurgeEmergencyCap != 1 ||
+		c.SurgeWindow != 5*time.Minute || c.SurgeUpdateInterval != 30*time.Second {
+		t.Errorf("surge defaults: mode %s floor %v ceiling %v step %v emergency %v cap %v window %v interval %v", c.SurgeMode, c.SurgeFloor,
+			c.SurgeCeiling, c.SurgeMaxStep, c.SurgeEmergency, c.SurgeEmergencyCap, c.SurgeWindow, c.SurgeUpdateInterval)
+	}
 	if got, want := len(c.SearchRadiiM), 6; got != want {
 		t.Errorf("len(SearchRadiiM) = %d, want %d", got, want)
 	}
@@ -83,6 +88,16 @@ func TestRejects(t *testing.T) {
 		"PushEndpointNotURL": {map[string]string{"FLAGDOWN_PUSH_ENDPOINT": "abc.execute-api.eu-west-3.amazonaws.com/prod"}, "FLAGDOWN_PUSH_ENDPOINT"},
 		"LogFormatUnknown":   {map[string]string{"FLAGDOWN_LOG_FORMAT": "logfmt"}, "FLAGDOWN_LOG_FORMAT"},
 		"LogLevelUnknown":    {map[string]string{"FLAGDOWN_LOG_LEVEL": "loud"}, "FLAGDOWN_LOG_LEVEL"},
+		"SurgeModeUnknown":   {map[string]string{"FLAGDOWN_SURGE_MODE": "max"}, "FLAGDOWN_SURGE_MODE"},
+		"SurgeWindowShort":   {map[string]string{"FLAGDOWN_SURGE_WINDOW": "30s"}, "FLAGDOWN_SURGE_WINDOW"},
+		"SurgeIntervalTiny":  {map[string]string{"FLAGDOWN_SURGE_UPDATE_INTERVAL": "100ms"}, "FLAGDOWN_SURGE_UPDATE_INTERVAL"},
+		"SurgeFloorBelowOne": {map[string]string{"FLAGDOWN_SURGE_FLOOR": "0.9"}, "FLAGDOWN_SURGE_FLOOR"},
+		"SurgeFloorNaN":      {map[string]string{"FLAGDOWN_SURGE_FLOOR": "NaN"}, "FLAGDOWN_SURGE_FLOOR"},
+		"SurgeCeilingLow":    {map[string]string{"FLAGDOWN_SURGE_FLOOR": "1.5", "FLAGDOWN_SURGE_CEILING": "1.2"}, "FLAGDOWN_SURGE_CEILING"},
+		"SurgeCeilingHuge":   {map[string]string{"FLAGDOWN_SURGE_CEILING": "101"}, "FLAGDOWN_SURGE_CEILING"},
+		"SurgeStepZero":      {map[string]string{"FLAGDOWN_SURGE_MAX_STEP": "0"}, "FLAGDOWN_SURGE_MAX_STEP"},
+		"SurgeCapBelowOne":   {map[string]string{"FLAGDOWN_SURGE_EMERGENCY_CAP": "0.5"}, "FLAGDOWN_SURGE_EMERGENCY_CAP"},
+		"SurgeEmergencyWord": {map[string]string{"FLAGDOWN_SURGE_EMERGENCY": "maybe"}, "FLAGDOWN_SURGE_EMERGENCY"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := config.FromEnv(tc.env)

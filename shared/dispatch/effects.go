@@ -23,6 +23,9 @@ type Effects struct {
 	Misses []string
 	// Offline are drivers to mark offline in Redis unless their heartbeat lives again.
 	Offline []string
+	// MatchDelaysS are the times from a ride's (re-)request to its accept, seconds on PostgreSQL's
+	// clock, to fold into the recent match delay of the wait estimate (EstimateWait).
+	MatchDelaysS []float64
 }
 
 // Add appends the effects of o to e.
@@ -34,11 +37,12 @@ func (e *Effects) Add(o Effects) {
 	e.BatchJoins = append(e.BatchJoins, o.BatchJoins...)
 	e.Misses = append(e.Misses, o.Misses...)
 	e.Offline = append(e.Offline, o.Offline...)
+	e.MatchDelaysS = append(e.MatchDelaysS, o.MatchDelaysS...)
 }
 
 // Empty reports whether e asks for nothing.
 func (e Effects) Empty() bool {
-	return len(e.Assignments)+len(e.ReleaseOffers)+len(e.RetryTimers)+len(e.ClearRetryTimers)+len(e.BatchJoins)+len(e.Misses)+len(e.Offline) == 0
+	return len(e.Assignments)+len(e.ReleaseOffers)+len(e.RetryTimers)+len(e.ClearRetryTimers)+len(e.BatchJoins)+len(e.Misses)+len(e.Offline)+len(e.MatchDelaysS) == 0
 }
 
 // Assignment is a driver's assignment as PostgreSQL holds it after a change (the driver_assignments

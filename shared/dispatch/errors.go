@@ -52,6 +52,9 @@ const (
 	ReasonRiderHasOpenRide = "rider_has_open_ride"
 	// ReasonIdempotencyKeyReused: the Idempotency-Key was used before with a different request.
 	ReasonIdempotencyKeyReused = "idempotency_key_reused"
+	// ReasonQuoteExpired: the fare quote named by the ride request is unknown or past its validity
+	// (or another rider's): the rider must ask for a new estimate before he is charged a price.
+	ReasonQuoteExpired = "quote_expired"
 )
 
 // Error is flagdown's error: a code, an optional field and reason, and a message fit for the caller.

@@ -155,7 +155,16 @@ type Ride struct {
 	// EstDistanceM is the estimated road distance pickup→dropoff in metres.
 	EstDistanceM float64
 	// EstDurationS is the estimated driving time pickup→dropoff in seconds.
-	EstDurationS  float64
+	EstDurationS float64
+	// SurgeMultiplier is the surge multiplier the rider was charged (FareEstimateCents includes it);
+	// 1.0 without surge (a value below 1.0 is stored as 1.0).
+	SurgeMultiplier float64
+	// SurgeComputed is the multiplier computed for the pickup's cell when the ride was requested
+	// (what shadow mode would have charged); nil when surge was off.
+	SurgeComputed *float64
+	// QuotedWaitS is the pickup wait the rider was quoted, seconds (EstimateWait); nil when no
+	// driver was near.
+	QuotedWaitS   *float64
 	MatchAttempts int
 	MatchNote     string
 	// Version is rides.version: it grows by one with every status change (see Assignment.RideVersion).

@@ -132,3 +132,97 @@ func Surge(p SurgeParams, prev map[string]float64, loads map[string]CellLoad, em
 	}
 	return out
 }
+
+// SurgeMode says what is done with a cell's multiplier (FLAGDOWN_SURGE_MODE).
+type SurgeMode string
+
+// Surge modes.
+const (
+	// SurgeOff computes nothing and charges 1.0.
+	SurgeOff SurgeMode = "off"
+	// SurgeShadow computes and logs the multiplier and charges 1.0: surge is watched before it
+	// prices anyone (the default).
+	SurgeShadow SurgeMode = "shadow"
+	// SurgeOn charges the computed multiplier.
+	SurgeOn SurgeMode = "on"
+)
+
+// ParseSurgeMode accepts off, shadow and on.
+func ParseSurgeMode(field, s string) (SurgeMode, error) {
+	switch SurgeMode(s) {
+	case SurgeOff, SurgeShadow, SurgeOn:
+		return SurgeMode(s), nil
+	}
+	return "", Invalid(field, "must be one of off, shadow, on")
+}
+
+// Charged is the multiplier a rider pays in mode for a computed multiplier: the computed one (as
+// RoundMultiplier) in SurgeOn, 1.0 in SurgeShadow and SurgeOff (and for any unknown mode).
+func Charged(mode SurgeMode, computed float64) float64 {
+	if mode != SurgeOn {
+		return 1
+	}
+	return RoundMultiplier(computed)
+}
+
+// RoundMultiplier rounds m to 0.01, the precision riders are shown and rides record; a value that
+// is not a finite number ≥ 1.0 is 1.0.
+func RoundMultiplier(m float64) float64 {
+	if math.IsNaN(m) || math.IsInf(m, 0) || m < 1 {
+		return 1
+	}
+	return math.Round(m*100) / 100
+}
+
+// SurgedFare is the fare estimate e with multiplier m applied to the whole fare (minimum
+// included), rounded to whole cents: round(e.FareCents × m). Distance and duration do not change.
+func SurgedFare(e Estimate, m float64) Estimate {
+	e.FareCents = int64(math.Round(float64(e.FareCents) * RoundMultiplier(m)))
+	return e
+}
+
+// WaitEstimate is a predicted pickup wait, seconds, and its two parts.
+type WaitEstimate struct {
+	// MatchS is the recent time from a ride's request to its accept (an EWMA, see MatchDelayAlpha),
+	// seconds; 0 before any ride was accepted.
+	MatchS float64
+	// DriveS is the nearest available driver's drive to the pickup: straight-line distance × road
+	// factor / average speed, seconds.
+	DriveS float64
+	// TotalS is MatchS + DriveS rounded to whole seconds.
+	TotalS float64
+}
+
+// MatchDelayAlpha is the weight of the newest sample in the EWMA of match delays: ewma ← α × delay
+// + (1 − α) × ewma. 0.1 makes it follow about the last 10 accepts (the mean age of the weights is
+// (1 − α) / α = 9 samples), long enough to smooth one slow accept, short enough to follow a rush.
+const MatchDelayAlpha = 0.1
+
+// EstimateWait predicts the pickup wait of a ride requested now: the recent match delay
+// (matchDelayS, seconds, ≥ 0; 0 when unknown) plus the drive of the nearest available driver,
+// nearestM metres away in a straight line, at avgSpeedMPS along roads roadFactor times longer. ok
+// is false when no driver is near (nearestM < 0) or the speed is not > 0: no estimate.
+func EstimateWait(matchDelayS, nearestM, roadFactor, avgSpeedMPS float64) (WaitEstimate, bool) {
+	if nearestM < 0 || !(avgSpeedMPS > 0) || math.IsNaN(nearestM) {
+		return WaitEstimate{}, false
+	}
+	if !(matchDelayS > 0) || math.IsInf(matchDelayS, 0) {
+		matchDelayS = 0
+	}
+	drive := nearestM * math.Max(1, roadFactor) / avgSpeedMPS
+	return WaitEstimate{MatchS: math.Round(matchDelayS*10) / 10, DriveS: math.Round(drive*10) / 10,
+		TotalS: math.Round(matchDelayS + drive)}, true
+}
+
+// CapSurge brings a stored multiplier m within the limits that apply at once: not a finite number ≥
+// 1.0 is 1.0; at most Ceiling (and at least Floor); during an emergency at most EmergencyCap.
+func CapSurge(p SurgeParams, m float64, emergency bool) float64 {
+	if math.IsNaN(m) || math.IsInf(m, 0) || m < 1 {
+		m = 1
+	}
+	m = math.Min(p.Ceiling, math.Max(p.Floor, m))
+	if emergency {
+		m = math.Min(m, p.EmergencyCap)
+	}
+	return m
+}

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"math"
 
 	"github.com/jackc/pgx/v5"
 
@@ -72,6 +73,7 @@ func (s *Service) Accept(ctx context.Context, rideID, driverID string) error {
 		fx.Assignments = append(fx.Assignments, a)
 		fx.ReleaseOffers = append(fx.ReleaseOffers, dispatch.OfferRelease{DriverID: driverID, OfferID: offer.ID})
 		fx.ClearRetryTimers = append(fx.ClearRetryTimers, rideID)
+		fx.MatchDelaysS = append(fx.MatchDelaysS, math.Max(0, at.Sub(ride.MatchStartedAt).Seconds()))
 		_, err = pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
 			Type: events.RideAccepted, Source: s.Source, Subject: rideID,
 			Data: events.RideAcceptedData{RideID: rideID, OfferID: offer.ID, DriverID: driverID, RiderID: ride.RiderID, AcceptedAt: at.UTC(), Version: version},

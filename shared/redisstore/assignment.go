@@ -229,6 +229,11 @@ func (s *Store) Apply(ctx context.Context, fx dispatch.Effects) (ApplyReport, er
 			errs = append(errs, fmt.Errorf("mark driver %s offline: %w", id, err))
 		}
 	}
+	for _, d := range fx.MatchDelaysS {
+		if err := s.RecordMatchDelay(ctx, d); err != nil {
+			errs = append(errs, fmt.Errorf("record match delay: %w", err))
+		}
+	}
 	if len(errs) > 0 {
 		return rep, dispatch.Unavailable("redis", errors.Join(errs...))
 	}

@@ -21,6 +21,15 @@
 //	P ridepos:{ride id}  hash lat, lng, ts, driver, ver, pushed (last position push, ms): the live position of the ride's driver while it
 //	                     is ACCEPTED/IN_PROGRESS; only that driver's pings write it, and ver (the ride
 //	                     version that handed it to him) guards it like the epoch guards the hash
+//	P surge:demand:{cell} sorted set: ride id → request time (ms, Redis's clock) of the rides requested
+//	                     from geohash cell {cell} (dispatch.SurgeCellPrecision), trimmed to the surge
+//	                     window, TTL = window (CountDemand)
+//	P surge:mult:{cell}  hash m (the cell's last surge multiplier), at (ms, Redis's clock, when it was
+//	                     computed); changed at most once per update interval (StoreSurge), TTL a few
+//	                     windows: an expired key is a cell without data (1.0)
+//	P quote:{id}         a fare estimate's quote as JSON (shared/pricing.Quote): what order-create
+//	                     charges when the rider names it; TTL = quote validity
+//	P matchdelay         hash ewma (seconds from a ride's request to its accept, an EWMA), n (samples)
 //
 // Redis is a projection of PostgreSQL that cannot go backwards: a driver's ride changes only
 // through ApplyAssignment, compare-and-set on the epoch PostgreSQL gave the change (see

@@ -240,12 +240,41 @@ func (c *client) locationUpdate(ctx context.Context, pings []Ping, batch bool) (
 	return r.Results, nil
 }
 
-// orderCreate creates a ride; it returns the ride id and the HTTP status (202 new, 200 replayed).
-func (c *client) orderCreate(ctx context.Context, riderID string, pickup, dropoff LatLng, idemKey string) (string, int, error) {
+// FareQuote is the subset of GET /function/fare-estimate the replay reads.
+type FareQuote struct {
+	// QuoteID is passed to order-create, which charges the quote.
+	QuoteID string `json:"quote_id"`
+	// SurgeMode is the platform's surge mode (off, shadow, on).
+	SurgeMode string `json:"surge_mode"`
+	// SurgeMultiplier is the multiplier charged; SurgeComputed the cell's (nil when surge is off).
+	SurgeMultiplier float64  `json:"surge_multiplier"`
+	SurgeComputed   *float64 `json:"surge_computed"`
+	// WaitMatchS (platform seconds: wall) and WaitDriveS (seconds of driving) are the parts of the
+	// predicted pickup wait; nil when no driver was near.
+	WaitMatchS *float64 `json:"wait_match_s"`
+	WaitDriveS *float64 `json:"wait_drive_s"`
+}
+
+// fareEstimate asks for the quote of a ride as its rider.
+func (c *client) fareEstimate(ctx context.Context, riderID string, pickup, dropoff LatLng) (*FareQuote, error) {
+	var q FareQuote
+	path := fmt.Sprintf("/function/fare-estimate?pickup=%v,%v&dropoff=%v,%v", pickup.Lat, pickup.Lng, dropoff.Lat, dropoff.Lng)
+	if _, err := c.do(ctx, http.MethodGet, path, nil, c.tokens.header(auth.RoleRider, riderID), &q); err != nil {
+		return nil, err
+	}
+	return &q, nil
+}
+
+// orderCreate creates a ride (charged at quoteID when not empty); it returns the ride id and the
+// HTTP status (202 new, 200 replayed).
+func (c *client) orderCreate(ctx context.Context, riderID string, pickup, dropoff LatLng, idemKey, quoteID string) (string, int, error) {
 	var r struct {
 		RideID string `json:"ride_id"`
 	}
 	body := map[string]any{"rider_id": riderID, "pickup": pickup, "dropoff": dropoff}
+	if quoteID != "" {
+		body["quote_id"] = quoteID
+	}
 	h := c.tokens.header(auth.RoleRider, riderID)
 	h["Idempotency-Key"] = idemKey
 	st, err := c.do(ctx, http.MethodPost, "/function/order-create", body, h, &r)

@@ -196,6 +196,8 @@ func TestSummaryJSONKeys(t *testing.T) {
 		"final_status_known", "no_answer_prob", "offline_prob_per_h", "ride_status_counts", "accept_conflict_reasons",
 		"verify_ran", "verify_error", "verify_grace_s", "verify_violations", "verify_examples",
 		"match_mode", "driver_starts", "driver_start_trips_before", "driver_start_trips_fallback",
+		"surge_mode", "surge_quotes", "surge_charged_p50", "surge_charged_max", "surge_computed_p50", "surge_computed_max",
+		"surge_by_minute", "wait_estimate_count", "wait_estimate_mae_s", "wait_estimate_mean_s", "wait_actual_mean_s",
 	} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("summary JSON lacks %q", k)
@@ -753,5 +755,40 @@ func TestWaitBeforeVerify(t *testing.T) {
 	cancel()
 	if err := waitBeforeVerify(ctx, o, time.Now(), io.Discard); err == nil {
 		t.Error("a cancelled wait returned nil")
+	}
+}
+
+func TestSurgeSummary(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	o := DefaultOptions()
+	o.Speedup = 8
+	s := newTestSim(o)
+	// Minute 0: quoted 2 s of match (16 s simulated) + 60 s of drive = 76 s; the driver got there
+	// 100 s after the request: error 24 s.
+	s.rides["a"] = &ride{requested: true, requestedAt: 10 * time.Second, accepts: 1, arrivedAt: 110 * time.Second,
+		quote: &FareQuote{SurgeMode: "shadow", SurgeMultiplier: 1, SurgeComputed: f(1.5), WaitMatchS: f(2), WaitDriveS: f(60)}}
+	// Minute 0 too: estimate 40 s, actual 30 s: error 10 s.
+	s.rides["b"] = &ride{requested: true, requestedAt: 20 * time.Second, accepts: 1, arrivedAt: 50 * time.Second,
+		quote: &FareQuote{SurgeMode: "shadow", SurgeMultiplier: 1, SurgeComputed: f(1.25), WaitMatchS: f(0), WaitDriveS: f(40)}}
+	// Minute 2: re-opened (two accepts): its wait is not compared; no driver near: no wait quoted.
+	s.rides["c"] = &ride{requested: true, requestedAt: 130 * time.Second, accepts: 2, arrivedAt: 200 * time.Second,
+		quote: &FareQuote{SurgeMode: "shadow", SurgeMultiplier: 1, SurgeComputed: f(2), WaitMatchS: f(1), WaitDriveS: f(10)}}
+	s.rides["d"] = &ride{requested: true, requestedAt: 150 * time.Second, quote: &FareQuote{SurgeMode: "shadow", SurgeMultiplier: 1, SurgeComputed: f(1)}}
+	s.rides["unquoted"] = &ride{requested: true, requestedAt: 30 * time.Second, accepts: 1, arrivedAt: 90 * time.Second}
+	sum := s.summary(5, 0, time.Second)
+	if sum.SurgeQuotes != 4 || sum.SurgeMode != "shadow" || sum.SurgeChargedMax != 1 || sum.SurgeComputedMax != 2 || sum.SurgeComputedP50 != 1.25 {
+		t.Errorf("surge: quotes %d mode %q charged max %v computed p50 %v max %v", sum.SurgeQuotes, sum.SurgeMode, sum.SurgeChargedMax, sum.SurgeComputedP50, sum.SurgeComputedMax)
+	}
+	if len(sum.SurgeByMinute) != 2 || sum.SurgeByMinute[0].Minute != 0 || sum.SurgeByMinute[0].Quotes != 2 || sum.SurgeByMinute[0].ComputedMax != 1.5 ||
+		sum.SurgeByMinute[1].Minute != 2 || sum.SurgeByMinute[1].ComputedP50 != 1 || sum.SurgeByMinute[1].ComputedMax != 2 {
+		t.Errorf("by minute: %+v", sum.SurgeByMinute)
+	}
+	if sum.WaitEstimateCount != 2 || sum.WaitEstimateMAES != 17 || sum.WaitEstimateMeanS != 58 || sum.WaitActualMeanS != 65 {
+		t.Errorf("wait estimate: n %d MAE %v mean %v actual %v, want 2, 17, 58, 65", sum.WaitEstimateCount, sum.WaitEstimateMAES, sum.WaitEstimateMeanS, sum.WaitActualMeanS)
+	}
+	var buf bytes.Buffer
+	sum.WriteTable(&buf)
+	if !strings.Contains(buf.String(), "wait estimate MAE") || !strings.Contains(buf.String(), "0:1.25/1.50") {
+		t.Errorf("table lacks the surge rows:\n%s", buf.String())
 	}
 }

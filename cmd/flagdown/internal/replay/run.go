@@ -290,6 +290,10 @@ type ride struct {
 	// acceptExpectPush: the rider's socket was up when the accept was sent, so ACCEPTED must reach it.
 	acceptExpectPush bool
 	final            *RideView // end-of-run GET /function/ride/{id}; nil when not fetched
+	// quote is the fare-estimate answer the ride was ordered at (nil when none); arrivedAt when its
+	// driver reached the pickup (simulated, of the latest accept; 0 when none did).
+	quote     *FareQuote
+	arrivedAt time.Duration
 }
 
 // ignoredOffer is an offer a simulated driver left unanswered (no-answer draw, or he dropped offline
@@ -741,6 +745,15 @@ func (s *sim) orderCreate(tr Trip) {
 			id  string
 			err error
 		)
+		// The rider looks at the price first (fare-estimate) and orders at that quote; a platform
+		// without fare-estimate (or one that fails) is ordered from without a quote.
+		quote, qerr := s.c.fareEstimate(ctx, rider, tr.Pickup, tr.Dropoff)
+		quoteID := ""
+		if qerr == nil {
+			quoteID = quote.QuoteID
+		} else {
+			quote = nil
+		}
 		for attempt := 0; attempt < 3; attempt++ {
 			if attempt > 0 {
 				select {
@@ -748,7 +761,12 @@ func (s *sim) orderCreate(tr Trip) {
 				case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
 				}
 			}
-			id, _, err = s.c.orderCreate(ctx, rider, tr.Pickup, tr.Dropoff, rider)
+			id, _, err = s.c.orderCreate(ctx, rider, tr.Pickup, tr.Dropoff, rider, quoteID)
+			var ae *APIError
+			if quoteID != "" && errors.As(err, &ae) && ae.Reason == "quote_expired" {
+				quoteID = "" // waited past the quote's validity: priced at order time
+				continue
+			}
 			if err == nil || !retryable(err) || ctx.Err() != nil {
 				break
 			}
@@ -756,6 +774,9 @@ func (s *sim) orderCreate(tr Trip) {
 		answered := time.Now()
 		s.post(func() {
 			var ae *APIError
+			if qerr != nil && !(errors.As(qerr, &ae) && ae.Status == http.StatusNotFound) {
+				s.noteErr("fare-estimate", qerr) // a platform without fare-estimate (404) is not an error
+			}
 			if err != nil && sock != nil {
 				s.closeRider(&ride{riderSock: sock})
 			}
@@ -764,6 +785,7 @@ func (s *sim) orderCreate(tr Trip) {
 				r := s.ride(id)
 				if !r.requested {
 					r.requested, r.requestedAt, r.createdWall = true, at, answered
+					r.quote = quote
 				}
 				if r.riderSock == nil {
 					r.riderSock = sock
@@ -1042,7 +1064,12 @@ func (s *sim) decide(d *driver, o Offer, accept bool) {
 				return
 			}
 			d.state, d.rideID, d.dropoff = stToPickup, o.RideID, o.Dropoff
-			s.drive(d, t, o.Pickup, func() { s.transition(d, "start", 0) })
+			s.drive(d, t, o.Pickup, func() {
+				if r := s.ride(d.rideID); r.acceptedBy == d.id {
+					r.arrivedAt = s.now()
+				}
+				s.transition(d, "start", 0)
+			})
 		})
 	})
 }
@@ -1223,7 +1250,57 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 	}
 	sum.MatchLatencyCount = len(s.matchLatMs)
 	sum.MatchLatencyP50Ms, sum.MatchLatencyP99Ms = Percentile(s.matchLatMs, 50), Percentile(s.matchLatMs, 99)
+	s.surgeSummary(sum)
 	return sum
+}
+
+// surgeSummary fills the summary's surge and wait-estimate figures from the quotes the rides were
+// ordered at. Minutes are simulated minutes since the window opened. The wait estimate is compared
+// in simulated seconds: its match part (the platform's wall seconds) × Speedup, plus its drive part
+// (seconds of driving, which the replay's drivers do in simulated time); what happened is request
+// (fare-estimate) → the driver of the latest accept reaching the pickup, for rides accepted once
+// that got there.
+func (s *sim) surgeSummary(sum *Summary) {
+	byMin := map[int]*SurgeMinute{}
+	var charged, computed, errs, est, act []float64
+	for _, r := range s.rides {
+		q := r.quote
+		if !r.requested || q == nil {
+			continue
+		}
+		sum.SurgeQuotes++
+		sum.SurgeMode = q.SurgeMode
+		c := q.SurgeMultiplier
+		if q.SurgeComputed != nil {
+			c = *q.SurgeComputed
+		}
+		charged, computed = append(charged, q.SurgeMultiplier), append(computed, c)
+		m := int(r.requestedAt / time.Minute)
+		row := byMin[m]
+		if row == nil {
+			row = &SurgeMinute{Minute: m}
+			byMin[m] = row
+		}
+		row.Quotes++
+		row.charged, row.computed = append(row.charged, q.SurgeMultiplier), append(row.computed, c)
+		if q.WaitMatchS != nil && q.WaitDriveS != nil && r.accepts == 1 && r.arrivedAt > 0 {
+			e := *q.WaitMatchS*s.opts.Speedup + *q.WaitDriveS
+			a := (r.arrivedAt - r.requestedAt).Seconds()
+			est, act, errs = append(est, e), append(act, a), append(errs, math.Abs(e-a))
+		}
+	}
+	sum.SurgeChargedP50, sum.SurgeChargedMax = Percentile(charged, 50), Percentile(charged, 100)
+	sum.SurgeComputedP50, sum.SurgeComputedMax = Percentile(computed, 50), Percentile(computed, 100)
+	sum.SurgeByMinute = make([]SurgeMinute, 0, len(byMin))
+	for _, row := range byMin {
+		row.ChargedP50, row.ChargedMax = Percentile(row.charged, 50), Percentile(row.charged, 100)
+		row.ComputedP50, row.ComputedMax = Percentile(row.computed, 50), Percentile(row.computed, 100)
+		row.charged, row.computed = nil, nil
+		sum.SurgeByMinute = append(sum.SurgeByMinute, *row)
+	}
+	sort.Slice(sum.SurgeByMinute, func(i, j int) bool { return sum.SurgeByMinute[i].Minute < sum.SurgeByMinute[j].Minute })
+	sum.WaitEstimateCount = len(errs)
+	sum.WaitEstimateMAES, sum.WaitEstimateMeanS, sum.WaitActualMeanS = Mean(errs), Mean(est), Mean(act)
 }
 
 // fetchRides reads every requested ride with bounded concurrency (GET /function/ride/{id}) and keeps

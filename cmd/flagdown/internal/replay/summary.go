@@ -67,6 +67,22 @@ const (
 // testdata/README.md).
 const DefaultSkipMinutes = 20
 
+// SurgeMinute is the distribution of the multipliers quoted in one simulated minute.
+type SurgeMinute struct {
+	// Minute is the simulated minute since the window opened (0 is the first).
+	Minute int `json:"minute"`
+	// Quotes is the rides ordered at a quote in that minute.
+	Quotes int `json:"quotes"`
+	// ChargedP50, ChargedMax: median and largest multiplier charged.
+	ChargedP50 float64 `json:"charged_p50"`
+	ChargedMax float64 `json:"charged_max"`
+	// ComputedP50, ComputedMax: median and largest computed multiplier of the pickup cells.
+	ComputedP50 float64 `json:"computed_p50"`
+	ComputedMax float64 `json:"computed_max"`
+
+	charged, computed []float64
+}
+
 // Summary is what a replay measured; it is written as JSON to --summary and printed as a table.
 // Ride counts refer to rides this replay created; "simulated" durations are replay time (wall × speedup).
 // Everything is measured through the HTTP API: ping answers, action answers and, at the end, one GET
@@ -227,6 +243,33 @@ type Summary struct {
 	MatchLatencyP50Ms float64 `json:"match_latency_p50_ms"`
 	// MatchLatencyP99Ms is the 99th percentile of the same, wall-clock ms.
 	MatchLatencyP99Ms float64 `json:"match_latency_p99_ms"`
+
+	// SurgeMode is the platform's surge mode as its fare-estimate answers name it (off, shadow, on);
+	// empty when no ride was ordered at a quote.
+	SurgeMode string `json:"surge_mode"`
+	// SurgeQuotes is the number of rides ordered at a fare-estimate quote (the samples of the
+	// surge and wait-estimate figures).
+	SurgeQuotes int `json:"surge_quotes"`
+	// SurgeChargedP50 and SurgeChargedMax are the median and largest multiplier charged (quoted).
+	SurgeChargedP50 float64 `json:"surge_charged_p50"`
+	SurgeChargedMax float64 `json:"surge_charged_max"`
+	// SurgeComputedP50 and SurgeComputedMax are the same of the pickup cells' computed multipliers
+	// (what mode on charges; shadow mode computes them without charging).
+	SurgeComputedP50 float64 `json:"surge_computed_p50"`
+	SurgeComputedMax float64 `json:"surge_computed_max"`
+	// SurgeByMinute is the multipliers' distribution per simulated minute of the window, by request time.
+	SurgeByMinute []SurgeMinute `json:"surge_by_minute"`
+	// WaitEstimateCount is the number of rides behind the wait-estimate figures: quoted with a wait,
+	// accepted once, and reached by their driver.
+	WaitEstimateCount int `json:"wait_estimate_count"`
+	// WaitEstimateMAES is the mean absolute error of the quoted pickup wait against the time from
+	// the request to the driver reaching the pickup, simulated seconds (the quote's match part, in
+	// the platform's wall seconds, × speedup, plus its drive part).
+	WaitEstimateMAES float64 `json:"wait_estimate_mae_s"`
+	// WaitEstimateMeanS and WaitActualMeanS are the mean quoted and actual waits of those rides,
+	// simulated seconds (their difference is the estimate's bias).
+	WaitEstimateMeanS float64 `json:"wait_estimate_mean_s"`
+	WaitActualMeanS   float64 `json:"wait_actual_mean_s"`
 	// RideStatusCounts counts the rides' final server status (from the final GET).
 	RideStatusCounts map[string]int `json:"ride_status_counts"`
 	// RideFetchErrors is how many GET /function/ride/{id} calls at the end failed.
@@ -405,6 +448,17 @@ func (s *Summary) WriteTable(w io.Writer) {
 		row("push lost / reconnects / left", "%d lost, %d reconnects (%d failed handshakes), %d connections left", s.PushMessagesLost, s.PushReconnects, s.PushDialFailures, s.PushConnectionsLeft)
 	}
 	row("match latency p50/p99", "%.0f / %.0f ms wall (n=%d, request → first match decision)", s.MatchLatencyP50Ms, s.MatchLatencyP99Ms, s.MatchLatencyCount)
+	if s.SurgeQuotes > 0 {
+		row("surge multiplier p50/max", "charged %.2f / %.2f, computed %.2f / %.2f (mode %s, n=%d quotes)",
+			s.SurgeChargedP50, s.SurgeChargedMax, s.SurgeComputedP50, s.SurgeComputedMax, s.SurgeMode, s.SurgeQuotes)
+		var b strings.Builder
+		for _, m := range s.SurgeByMinute {
+			fmt.Fprintf(&b, " %d:%.2f/%.2f", m.Minute, m.ComputedP50, m.ComputedMax)
+		}
+		row("surge computed by minute", "p50/max per simulated minute:%s", b.String())
+		row("wait estimate MAE", "%.1f s simulated (n=%d; mean quoted %.1f s, actual request → driver at pickup %.1f s)",
+			s.WaitEstimateMAES, s.WaitEstimateCount, s.WaitEstimateMeanS, s.WaitActualMeanS)
+	}
 	if len(s.RideStatusCounts) > 0 {
 		row("final ride status", "%v", s.RideStatusCounts)
 	}
