@@ -12,6 +12,7 @@ import (
 	accept "github.com/flagdown/flagdown/functions/accept"
 	devices "github.com/flagdown/flagdown/functions/devices"
 	expirynotification "github.com/flagdown/flagdown/functions/expiry-notification"
+	hail "github.com/flagdown/flagdown/functions/hail"
 	locationupdate "github.com/flagdown/flagdown/functions/location-update"
 	match "github.com/flagdown/flagdown/functions/match"
 	nearby "github.com/flagdown/flagdown/functions/nearby"
@@ -36,6 +37,7 @@ var functionSet = []struct {
 	{"order-create", func(d *app.Deps) http.Handler { return ordercreate.New(d) }},
 	{"match", func(d *app.Deps) http.Handler { return match.New(d) }},
 	{"accept", func(d *app.Deps) http.Handler { return accept.New(d) }},
+	{"hail", func(d *app.Deps) http.Handler { return hail.New(d) }},
 	{"ride", func(d *app.Deps) http.Handler { return ride.New(d) }},
 	{"nearby", func(d *app.Deps) http.Handler { return nearby.New(d) }},
 	{"expiry-notification", func(d *app.Deps) http.Handler { return expirynotification.New(d) }},

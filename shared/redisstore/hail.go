@@ -20,9 +20,15 @@ import (
 // expiry is in the future, so a member left untrimmed never pairs; each of the three keys also
 // carries a TTL as long as its latest-expiring entry, so the whole side disappears by itself once
 // nobody hails. Entries are found by GEOSEARCH around the press, never by scanning keys.
-func (s *Store) hailGeoKey(side dispatch.HailSide) string   { return s.prefix + "hail:geo:" + string(side) }
-func (s *Store) hailExpKey(side dispatch.HailSide) string   { return s.prefix + "hail:exp:" + string(side) }
-func (s *Store) hailEntryKey(side dispatch.HailSide) string { return s.prefix + "hail:entry:" + string(side) }
+func (s *Store) hailGeoKey(side dispatch.HailSide) string {
+	return s.prefix + "hail:geo:" + string(side)
+}
+func (s *Store) hailExpKey(side dispatch.HailSide) string {
+	return s.prefix + "hail:exp:" + string(side)
+}
+func (s *Store) hailEntryKey(side dispatch.HailSide) string {
+	return s.prefix + "hail:entry:" + string(side)
+}
 
 // hailKeys are the hail script's first six keys: own side's GEO, expiries, entries, then the other
 // side's.
