@@ -198,6 +198,7 @@ func TestNoPairing(t *testing.T) {
 			if p := env.GeoPos(t, "d-1"); p == nil {
 				t.Errorf("a waiting driver left the available set")
 			}
+			checkInvariants(t, env)
 		})
 	}
 }
@@ -225,6 +226,7 @@ func TestTooLateDoesNotPairAndEntriesExpireByThemselves(t *testing.T) {
 	if got := env.Count(t, `SELECT count(*) FROM rides`); got != 0 {
 		t.Errorf("rides = %d, want 0", got)
 	}
+	checkInvariants(t, env)
 }
 
 func TestAmbiguousHailIsRefused(t *testing.T) {
