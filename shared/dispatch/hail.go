@@ -13,8 +13,8 @@ import (
 //     Window of each other),
 //   - lies within RadiusM metres of the press (straight-line distance between the two phones'
 //     positions),
-//   - carries the same short code, or neither carries one: a code typed on either phone must be
-//     typed on both (HailCodesMatch),
+//   - carries the same short code (normalized, NormalizeHailCode), or neither carries one: a code
+//     typed on either phone must be typed on both,
 //   - and, for a driver's entry, whose driver is still online, available, without a ride, an offer
 //     or another pairing in progress.
 //
@@ -91,10 +91,6 @@ func NormalizeHailCode(field, code string) (string, error) {
 	}
 	return strings.ToUpper(code), nil
 }
-
-// HailCodesMatch reports whether two normalized short codes allow a pairing: both empty, or equal.
-// A code typed on one phone only never matches (the redisstore script applies the same rule).
-func HailCodesMatch(a, b string) bool { return a == b }
 
 // HailPress is one press of "hail": who pressed (Side and ID, from his token), where (Position,
 // WGS84 degrees), the optional short code (normalized, NormalizeHailCode) and, for a rider, where
