@@ -399,10 +399,10 @@ func TestRiderWithOpenRideCannotHail(t *testing.T) {
 	}
 }
 
-// TestPairingRefusedInPostgresRestoresTheOtherSide: a rider waits, then opens a ride with
-// order-create; the driver's press takes his entry, PostgreSQL refuses the pairing (the rider's
-// open ride): the driver is told, keeps being available, and the rider's entry is not restored.
-func TestPairingRefusedInPostgresRestoresTheOtherSide(t *testing.T) {
+// TestPairingRefusedInPostgres: a rider waits, then opens a ride with order-create; the driver's
+// press takes his entry and PostgreSQL refuses the pairing (the rider's open ride): the rider's
+// entry is not restored, the driver's press is judged again and waits, and he stays available.
+func TestPairingRefusedInPostgres(t *testing.T) {
 	t.Parallel()
 	env := fntest.NewEnv(t, nil)
 	env.Ping(t, "d-1", corner)
@@ -411,9 +411,12 @@ func TestPairingRefusedInPostgresRestoresTheOtherSide(t *testing.T) {
 	wantStatus(t, "rider hail", status, body, http.StatusAccepted)
 	env.CreateRide(t, "r-1", corner, dropoff)
 	status, body = driverHail(t, env, "d-1", corner, "")
-	wantConflict(t, "driver pairs with a rider who has an open ride", status, body, dispatch.ReasonRiderHasOpenRide)
+	wantStatus(t, "driver pairs with a rider who has an open ride", status, body, http.StatusAccepted)
 	if env.GeoPos(t, "d-1") == nil {
 		t.Errorf("d-1 should be back in the available set")
+	}
+	if !waiting(t, env, dispatch.HailDriver, "d-1") {
+		t.Errorf("d-1's press should wait")
 	}
 	if waiting(t, env, dispatch.HailRider, "r-1") {
 		t.Errorf("the rider's entry was restored although his open ride refused it")

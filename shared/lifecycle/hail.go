@@ -44,11 +44,30 @@ type HailResult struct {
 //  4. after the commit Redis gets the assignment (ApplyAssignment, the driver leaves the available
 //     set) and the hold ends. When the transaction fails, the hold ends (the driver is available
 //     again) and the counterpart's entry is put back unless the failure is the counterpart's own
-//     (his open or active ride), so a refused press does not cost the other side its wait.
+//     (his open or active ride), so a refused press does not cost the other side its wait; when it
+//     is the counterpart's own, his press stays gone and p is judged again (at most
+//     maxHailAttempts times in all), so p waits or pairs with someone else instead of failing.
 func (s *Service) Hail(ctx context.Context, p dispatch.HailPress) (HailResult, error) {
 	if err := s.hailAllowed(ctx, p.Side, p.ID); err != nil {
 		return HailResult{}, err
 	}
+	for attempt := 1; ; attempt++ {
+		out, err := s.hailOnce(ctx, p)
+		if err != nil && attempt < maxHailAttempts && counterpartsOwn(p.Side.Other(), err) {
+			// PostgreSQL refused the counterpart (his open or active ride): his press is gone, and
+			// this one is judged again against the others.
+			continue
+		}
+		return out, err
+	}
+}
+
+// maxHailAttempts bounds how often one press is judged again after PostgreSQL refused the
+// counterpart it found.
+const maxHailAttempts = 3
+
+// hailOnce judges press p once (steps 2 to 4 of Hail).
+func (s *Service) hailOnce(ctx context.Context, p dispatch.HailPress) (HailResult, error) {
 	c := s.d.Config
 	res, err := s.d.Redis.Hail(ctx, p, dispatch.HailRules{Window: c.HailWindow, RadiusM: c.HailRadiusM}, dispatch.HailHold)
 	if err != nil {
@@ -147,12 +166,19 @@ func (s *Service) hailRide(p dispatch.HailPress, res redisstore.HailResult) *dis
 // is his own (the rider's open ride when he is the rider, the driver's active ride or offer when he
 // is the driver).
 func (s *Service) restoreCounterpart(ctx context.Context, side dispatch.HailSide, res redisstore.HailResult, cause error) {
-	reason := dispatch.AsError(cause).Reason
-	if (side == dispatch.HailRider && reason == dispatch.ReasonRiderHasOpenRide) ||
-		(side == dispatch.HailDriver && reason == dispatch.ReasonDriverBusy) {
+	if counterpartsOwn(side, cause) {
 		return
 	}
 	if _, err := s.d.Redis.RestoreHail(ctx, side, res.CounterpartID, res.Counterpart, res.CounterpartExpiry); err != nil {
 		s.d.Log.Error("restore hail entry after a failed pairing", "side", string(side), "id", res.CounterpartID, "err", err)
 	}
+}
+
+// counterpartsOwn reports whether err, a refused pairing, is the counterpart's own doing: the
+// rider's open ride when the counterpart (of side) is the rider, the driver's active ride or live
+// offer when he is the driver.
+func counterpartsOwn(side dispatch.HailSide, err error) bool {
+	reason := dispatch.AsError(err).Reason
+	return (side == dispatch.HailRider && reason == dispatch.ReasonRiderHasOpenRide) ||
+		(side == dispatch.HailDriver && reason == dispatch.ReasonDriverBusy)
 }
