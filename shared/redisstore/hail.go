@@ -223,7 +223,8 @@ func (s *Store) Hail(ctx context.Context, p dispatch.HailPress, rules dispatch.H
 	res := HailResult{Outcome: str(v[0])}
 	switch res.Outcome {
 	case HailWaiting:
-		exp, now := v[1].(int64), v[2].(int64)
+		exp, _ := v[1].(int64)
+		now, _ := v[2].(int64)
 		res.ExpiresAt, res.ExpiresIn = time.UnixMilli(exp).UTC(), time.Duration(exp-now)*time.Millisecond
 	case HailAmbiguous:
 		n, _ := v[1].(int64)
