@@ -60,7 +60,7 @@ var Types = map[string]string{
 	RideRequested:       "a rider requested a ride",
 	RideOffered:         "a driver was offered a ride",
 	RideOfferDeclined:   "the offered driver declined the ride",
-	RideAccepted:        "the offered driver accepted the ride",
+	RideAccepted:        "the offered driver accepted the ride, or a street hail paired a rider and a driver",
 	RideStarted:         "the ride started at the pickup",
 	RideCompleted:       "the ride completed at the dropoff",
 	RideCancelled:       "the ride was cancelled",
@@ -117,7 +117,8 @@ type RideOfferDeclinedData struct {
 
 // RideAcceptedData is the payload of RideAccepted.
 type RideAcceptedData struct {
-	RideID     string    `json:"ride_id"`
+	RideID string `json:"ride_id"`
+	// OfferID is the offer the driver accepted; empty for a street hail (Hail), which has none.
 	OfferID    string    `json:"offer_id"`
 	DriverID   string    `json:"driver_id"`
 	RiderID    string    `json:"rider_id"`
@@ -125,6 +126,9 @@ type RideAcceptedData struct {
 	// Version is rides.version after the change (0 in events older than the field): it grows with
 	// every status change of the ride, so a consumer can drop a status older than one it has seen.
 	Version int64 `json:"version,omitempty"`
+	// Hail is true when a street-hail pairing created the ride ACCEPTED (functions/hail): either
+	// side may be the one still waiting, so the driver is told too, not only the rider.
+	Hail bool `json:"hail,omitempty"`
 }
 
 // RideTransitionData is the payload of RideStarted, RideCompleted, RideCancelled and RideReopened.

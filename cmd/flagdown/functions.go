@@ -13,6 +13,7 @@ import (
 	devices "github.com/flagdown/flagdown/functions/devices"
 	expirynotification "github.com/flagdown/flagdown/functions/expiry-notification"
 	fareestimate "github.com/flagdown/flagdown/functions/fare-estimate"
+	hail "github.com/flagdown/flagdown/functions/hail"
 	locationupdate "github.com/flagdown/flagdown/functions/location-update"
 	match "github.com/flagdown/flagdown/functions/match"
 	nearby "github.com/flagdown/flagdown/functions/nearby"
@@ -38,6 +39,7 @@ var functionSet = []struct {
 	{"order-create", func(d *app.Deps) http.Handler { return ordercreate.New(d) }},
 	{"match", func(d *app.Deps) http.Handler { return match.New(d) }},
 	{"accept", func(d *app.Deps) http.Handler { return accept.New(d) }},
+	{"hail", func(d *app.Deps) http.Handler { return hail.New(d) }},
 	{"ride", func(d *app.Deps) http.Handler { return ride.New(d) }},
 	{"nearby", func(d *app.Deps) http.Handler { return nearby.New(d) }},
 	{"fare-estimate", func(d *app.Deps) http.Handler { return fareestimate.New(d) }},

@@ -329,7 +329,12 @@ func (f *Function) route(ctx context.Context, e event.Event) ([]delivery, error)
 			return nil, err
 		}
 		s := push.RideStatus{RideID: d.RideID, Status: dispatch.RideAccepted, Version: d.Version, DriverID: d.DriverID, By: string(dispatch.ActorDriver)}
-		return []delivery{{to: rider(d.RiderID), msg: push.RideStatusMessage(s, d.AcceptedAt)}}, nil
+		out := []delivery{{to: rider(d.RiderID), msg: push.RideStatusMessage(s, d.AcceptedAt)}}
+		if d.Hail && d.DriverID != "" {
+			// A street hail: the driver may be the side still waiting; he learns of his ride too.
+			out = append(out, delivery{to: driver(d.DriverID), msg: push.RideStatusMessage(s, d.AcceptedAt)})
+		}
+		return out, nil
 	case events.RideStarted, events.RideCompleted, events.RideCancelled, events.RideReopened:
 		var d events.RideTransitionData
 		if err := cloudevent.DecodeData(e, &d); err != nil {

@@ -3,10 +3,15 @@ package function_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/flagdown/flagdown/events"
 	devices "github.com/flagdown/flagdown/functions/devices"
@@ -140,5 +145,59 @@ func TestIntegrationRoutesAreInternal(t *testing.T) {
 	}
 	if ids, _ := e.D.Push().Registry.Connections(context.Background(), push.User{Role: auth.RoleRider, ID: "r1"}); len(ids) != 0 {
 		t.Errorf("after disconnect: %v", ids)
+	}
+}
+
+// A street hail's ride.accepted (hail: true) goes to the driver's connection as well as the
+// rider's: either may be the side still waiting. A ride.accepted of an offer goes to the rider only.
+func TestHailedAcceptTellsTheDriver(t *testing.T) {
+	var mu sync.Mutex
+	var posted []string // connection paths posted to, with the body
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		posted = append(posted, r.URL.EscapedPath()+" "+string(b))
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	e := fntest.NewEnv(t, nil)
+	m, err := push.NewManagement(srv.URL+"/test", "us-east-1", credentials.NewStaticCredentialsProvider("AKIDTEST", "secret", ""), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.D.PushManagement = m
+	fn := notify.New(e.D)
+	in := fntest.InternalHeaders()
+	in[notify.HeaderConnectionID] = "drv-conn-1="
+	in[notify.HeaderClientToken] = "Bearer " + e.Token(auth.RoleDriver, "d1")
+	if st, body := fntest.Do(t, fn, http.MethodPost, "/connect", nil, in); st != http.StatusOK {
+		t.Fatalf("connect d1: %d %v", st, body)
+	}
+	mu.Lock()
+	posted = nil // whatever connect sent (a state sync) is not under test
+	mu.Unlock()
+	rideID := e.CreateRide(t, "r1", midtown, fntest.Offset(midtown, 2000, 0))
+	driverPosts := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, p := range posted {
+			if strings.HasPrefix(p, "/test/@connections/drv-conn-1%3D ") && strings.Contains(p, rideID) {
+				n++
+			}
+		}
+		return n
+	}
+	st, body := fntest.SendEvent(t, fn, fntest.Event{Type: events.RideAccepted, Subject: rideID, Data: events.RideAcceptedData{
+		RideID: rideID, OfferID: "offer-1", DriverID: "d1", RiderID: "r1", AcceptedAt: time.Now().UTC(), Version: 2,
+	}})
+	if st != http.StatusOK || driverPosts() != 0 {
+		t.Fatalf("offer's ride.accepted: %d %v, %d posts to the driver, want 200 and none", st, body, driverPosts())
+	}
+	st, body = fntest.SendEvent(t, fn, fntest.Event{Type: events.RideAccepted, Subject: rideID, Data: events.RideAcceptedData{
+		RideID: rideID, DriverID: "d1", RiderID: "r1", AcceptedAt: time.Now().UTC(), Version: 1, Hail: true,
+	}})
+	if st != http.StatusOK || body["outcome"] != notify.OutcomePushed || driverPosts() != 1 {
+		t.Errorf("hailed ride.accepted: %d %v, %d posts to the driver, want 200 pushed and 1", st, body, driverPosts())
 	}
 }

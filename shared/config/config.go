@@ -119,6 +119,12 @@ type Config struct {
 	NearbyMaxRadiusM float64 `env:"FLAGDOWN_NEARBY_MAX_RADIUS_M" envDefault:"5000"`
 	// NearbyMaxCount caps the number of drivers the nearby function returns.
 	NearbyMaxCount int `env:"FLAGDOWN_NEARBY_MAX_COUNT" envDefault:"50"`
+	// HailWindow is how long a street-hail press waits for its counterpart (the entry's TTL): a
+	// rider's and a driver's presses pair only within this long of each other (dispatch.HailRules).
+	HailWindow time.Duration `env:"FLAGDOWN_HAIL_WINDOW" envDefault:"10s"`
+	// HailRadiusM is the largest distance between a rider's and a driver's street-hail presses that
+	// pair, metres.
+	HailRadiusM float64 `env:"FLAGDOWN_HAIL_RADIUS_M" envDefault:"300"`
 
 	// RetryBase is the first wait before a ride nobody could be offered is matched again; each
 	// further attempt doubles it (exponential backoff), capped at RetryMaxWait.
@@ -357,6 +363,12 @@ func (c *Config) Validate() error {
 		if r <= 0 || (i > 0 && r <= c.SearchRadiiM[i-1]) {
 			return fmt.Errorf("config: FLAGDOWN_SEARCH_RADII_M must be positive and increasing")
 		}
+	}
+	if c.HailWindow < 10*time.Millisecond || c.HailWindow > time.Minute {
+		return fmt.Errorf("config: FLAGDOWN_HAIL_WINDOW (%s) must be between 10ms and 1m", c.HailWindow)
+	}
+	if !(c.HailRadiusM > 0 && c.HailRadiusM <= 2000) {
+		return fmt.Errorf("config: FLAGDOWN_HAIL_RADIUS_M (%v) must be more than 0 and at most 2000 metres", c.HailRadiusM)
 	}
 	if c.OfferWindow < time.Second || c.HeartbeatTTL < time.Second {
 		return fmt.Errorf("config: FLAGDOWN_OFFER_WINDOW and FLAGDOWN_HEARTBEAT_TTL must be at least 1s")

@@ -111,3 +111,11 @@ func WasOffered(ctx context.Context, q Querier, rideID, driverID string) (bool, 
 	}
 	return ok, nil
 }
+
+// DriverHasLiveOffer reports whether driverID holds a PENDING offer whose window is still open by
+// PostgreSQL's clock (a street hail must not pair a driver who was just offered a ride).
+func DriverHasLiveOffer(ctx context.Context, q Querier, driverID string) (bool, error) {
+	var live bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM offers WHERE driver_id = $1 AND status = 'PENDING' AND expires_at > now())`, driverID).Scan(&live)
+	return live, pgErr(err)
+}

@@ -249,3 +249,23 @@ func NoteMatchAttempt(ctx context.Context, tx pgx.Tx, id string, offered bool, n
 		updated_at = now() WHERE id = $1`, id, note, offered)
 	return pgErr(err)
 }
+
+// InsertHailedRide inserts r as a street-hail pairing made it (origin hail): ACCEPTED at once with
+// driver r.DriverID (accepted_at now), without any offer. It sets r.CreatedAt, r.MatchStartedAt,
+// r.AcceptedAt and r.Version. The ride guards decide the last race: a driver who already has an
+// active ride gets driver_busy (rides_one_active_per_driver), a rider with an open ride
+// rider_has_open_ride (rides_one_open_per_rider).
+func InsertHailedRide(ctx context.Context, tx pgx.Tx, r *dispatch.Ride) error {
+	var accepted time.Time
+	err := tx.QueryRow(ctx, `INSERT INTO rides (id, rider_id, status, pickup_lat, pickup_lng, dropoff_lat, dropoff_lng,
+		fare_estimate_cents, est_distance_m, est_duration_s, driver_id, accepted_at, origin)
+		VALUES ($1, $2, 'ACCEPTED', $3, $4, $5, $6, $7, $8, $9, $10, now(), 'hail')
+		RETURNING created_at, match_started_at, accepted_at, version`,
+		r.ID, r.RiderID, r.Pickup.Lat, r.Pickup.Lng, r.Dropoff.Lat, r.Dropoff.Lng,
+		r.FareEstimateCents, r.EstDistanceM, r.EstDurationS, r.DriverID).Scan(&r.CreatedAt, &r.MatchStartedAt, &accepted, &r.Version)
+	if err != nil {
+		return pgErr(err)
+	}
+	r.AcceptedAt = &accepted
+	return nil
+}

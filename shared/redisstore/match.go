@@ -178,14 +178,16 @@ func (s *Store) DriverInfos(ctx context.Context, ids []string) ([]DriverInfo, er
 }
 
 // lockScript takes a driver's offer lock (SET NX PX) only if he is still eligible, checked in the
-// same atomic step: heartbeat alive, status available, no ride. Only if it got the lock does it take
+// same atomic step: heartbeat alive, status available, no ride, no street-hail pairing in progress
+// (field hailhold, a deadline on Redis's clock, see Hail). Only if it got the lock does it take
 // him out of the GEO set (so concurrent searches stop finding him) and index the lock's deadline on
 // Redis's clock. KEYS: lock, GEO, deadlines, driver hash, heartbeat. ARGV: value, TTL ms, driver id.
-// Returns 1 locked, 0 another offer holds him, -1 no longer eligible.
+// Returns 1 locked, 0 another offer or a hail pairing holds him, -1 no longer eligible.
 var lockScript = redis.NewScript(redisNowMs + `
 if redis.call('EXISTS', KEYS[5]) == 0 then return -1 end
-local st = redis.call('HMGET', KEYS[4], 'status', 'ride')
+local st = redis.call('HMGET', KEYS[4], 'status', 'ride', 'hailhold')
 if st[1] ~= 'available' or (st[2] and st[2] ~= '') then return -1 end
+if st[3] and tonumber(st[3]) > now then return 0 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('ZREM', KEYS[2], ARGV[3])
   redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), KEYS[1])

@@ -18,6 +18,12 @@
 //	P batch:{name}:{opened}, P batcharmed:{name}, P batchq:{name}, P batchrun:{name}:{deadline}
 //	                     batch matching: a window's timer, the armed marker, the rides waiting, the
 //	                     claim of a closed window (see JoinBatch)
+//	P hail:geo:{side}, P hail:exp:{side}, P hail:entry:{side}
+//	                     street-hail presses waiting, side rider or driver (member = the rider's or
+//	                     driver's id): GEO set of where they pressed, sorted set of their expiry (ms,
+//	                     Redis's clock), hash of their code and dropoff as JSON; each key's TTL is its
+//	                     latest expiry (see Hail). Field hailhold of P driver:{id} (ms, Redis's clock)
+//	                     holds a driver being paired against offer locks
 //	P ridepos:{ride id}  hash lat, lng, ts, driver, ver, pushed (last position push, ms): the live position of the ride's driver while it
 //	                     is ACCEPTED/IN_PROGRESS; only that driver's pings write it, and ver (the ride
 //	                     version that handed it to him) guards it like the epoch guards the hash

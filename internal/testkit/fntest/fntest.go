@@ -27,6 +27,7 @@ import (
 
 	"github.com/flagdown/flagdown/events"
 	accept "github.com/flagdown/flagdown/functions/accept"
+	hail "github.com/flagdown/flagdown/functions/hail"
 	locationupdate "github.com/flagdown/flagdown/functions/location-update"
 	match "github.com/flagdown/flagdown/functions/match"
 	nearby "github.com/flagdown/flagdown/functions/nearby"
@@ -128,6 +129,8 @@ type Env struct {
 	Ride http.Handler
 	// Nearby is the nearby function.
 	Nearby http.Handler
+	// Hail is the hail function (street-hail pairing).
+	Hail http.Handler
 }
 
 // Token returns a valid HS256 token (one hour) for role and sub, signed with the Env's secret
@@ -165,7 +168,7 @@ func NewEnv(t testing.TB, tune func(*config.Config)) *Env {
 	d := testkit.Deps(t, tune)
 	return &Env{
 		D: d, Location: locationupdate.New(d), Order: ordercreate.New(d), Match: match.New(d),
-		Accept: accept.New(d), Ride: ride.New(d), Nearby: nearby.New(d),
+		Accept: accept.New(d), Ride: ride.New(d), Nearby: nearby.New(d), Hail: hail.New(d),
 	}
 }
 
