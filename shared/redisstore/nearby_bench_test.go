@@ -61,7 +61,7 @@ func BenchmarkNearbySearch(b *testing.B) {
 						}
 						h, err := rdb.GeoSearchLocation(ctx, geo, &redis.GeoSearchLocationQuery{
 							GeoSearchQuery: redis.GeoSearchQuery{Longitude: p.Lng, Latitude: p.Lat, Radius: radius, RadiusUnit: "m", Sort: "ASC", Count: 10},
-							WithCoord: true, WithDist: true,
+							WithCoord:      true, WithDist: true,
 						}).Result()
 						if err != nil {
 							b.Fatal(err)
