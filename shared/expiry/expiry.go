@@ -48,9 +48,14 @@
 //
 // Keyspace notifications are node-local, so with a *redis.ClusterClient the source configures and
 // subscribes to every master (ForEachMaster) and re-checks the topology every
-// Options.TopologyInterval, subscribing to new masters and dropping removed ones. The deadline set
-// is one key and therefore lives on one shard (with a hash tag in the prefix, e.g. "{flagdown}:", on
-// the same shard as the rest of flagdown's keys); its tombstone set shares its hash slot.
+// Options.TopologyInterval, subscribing to new masters and dropping removed ones: after a failover
+// the promoted replica is subscribed to (and configured) within about one interval, and expiries in
+// between are the sweeper's. On a cluster the prefix carries the city's hash tag (e.g.
+// "flagdown:{nyc}:", redisstore.CheckPrefix), so the deadline set, its tombstone set and every timed
+// key of the city are on one shard; the sweeper reads that shard's clock (redisstore.Store.Now). The
+// source listens on every master all the same, because which master holds the city changes with
+// failovers and resharding, and several cities' sources share the cluster (each acts only on keys
+// under its own prefix).
 package expiry
 
 import (
@@ -143,6 +148,7 @@ type Stats struct {
 // Source is the expiry source. Build it with New and call Run once.
 type Source struct {
 	rdb     redis.UniversalClient
+	store   *redisstore.Store
 	prefix  string
 	dk, fk  string
 	publish Publisher
@@ -180,7 +186,7 @@ func New(store *redisstore.Store, publish Publisher, opt Options) *Source {
 	}
 	dk := store.DeadlinesKey()
 	return &Source{
-		rdb: store.Client(), prefix: store.Prefix(), dk: dk, fk: firedKey(dk),
+		rdb: store.Client(), store: store, prefix: store.Prefix(), dk: dk, fk: firedKey(dk),
 		publish: publish, opt: opt, log: log,
 		ready: make(chan struct{}), kick: make(chan struct{}, 1),
 	}
@@ -567,7 +573,7 @@ func (s *Source) sweepLoop(ctx context.Context) {
 // Redis's clock), touches their keys with PEXPIRETIME in one pipelined round trip and acts on the
 // answers (see the package doc). It returns the number of overdue entries read.
 func (s *Source) Sweep(ctx context.Context) (int, error) {
-	now, err := s.rdb.Time(ctx).Result()
+	now, err := s.store.Now(ctx)
 	if err != nil {
 		return 0, err
 	}
