@@ -111,12 +111,15 @@ var (
 )
 
 // lockCluster takes a file lock (LOCK_SH or LOCK_EX) named after the cluster URL in the temp dir,
-// released when t ends; a second call for the same t changes the lock's mode.
+// released when t ends; a later call for the same t can upgrade a shared lock, never downgrade.
 func lockCluster(t testing.TB, url string, how int) {
 	t.Helper()
 	lockMu.Lock()
 	f := lockFiles[t]
 	lockMu.Unlock()
+	if f != nil && how == syscall.LOCK_SH {
+		return // t holds the lock already
+	}
 	if f == nil {
 		sum := sha256.Sum256([]byte(url))
 		var err error

@@ -192,7 +192,8 @@ func New(store *redisstore.Store, publish Publisher, opt Options) *Source {
 	}
 }
 
-// Ready is closed once the first subscription is confirmed (tests wait on it).
+// Ready is closed once the subscription is confirmed: on a Redis Cluster, the subscription of every
+// master of the first topology read (tests wait on it).
 func (s *Source) Ready() <-chan struct{} { return s.ready }
 
 // Stats returns a snapshot of the counters.
@@ -276,7 +277,7 @@ func (s *Source) Run(ctx context.Context) error {
 		o.ClientName = s.opt.ClientName
 		sub := redis.NewClient(&o)
 		defer func() { _ = sub.Close() }()
-		wg.Go(func() { s.subscribeLoop(ctx, sub, o.Addr, o.DB, work) })
+		wg.Go(func() { s.subscribeLoop(ctx, sub, o.Addr, o.DB, work, s.markReady) })
 	default:
 		cancel()
 		wg.Wait()
@@ -290,8 +291,12 @@ func (s *Source) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// subscribeLoop keeps one subscription to node c's expired channel, re-subscribing with backoff.
-func (s *Source) subscribeLoop(ctx context.Context, c *redis.Client, addr string, db int, work chan<- string) {
+// markReady closes Ready (once).
+func (s *Source) markReady() { s.readyOnce.Do(func() { close(s.ready) }) }
+
+// subscribeLoop keeps one subscription to node c's expired channel, re-subscribing with backoff;
+// subscribed runs after the first confirmed subscription.
+func (s *Source) subscribeLoop(ctx context.Context, c *redis.Client, addr string, db int, work chan<- string, subscribed func()) {
 	channel := fmt.Sprintf("__keyevent@%d__:expired", db)
 	var lostAt time.Time
 	backoff := 100 * time.Millisecond
@@ -327,7 +332,10 @@ func (s *Source) subscribeLoop(ctx context.Context, c *redis.Client, addr string
 				"redis", addr, "gap", gap)
 			lostAt = time.Time{}
 		}
-		s.readyOnce.Do(func() { close(s.ready) })
+		if subscribed != nil {
+			subscribed()
+			subscribed = nil
+		}
 		s.sweepNow()
 		err = s.receive(ctx, ps, work)
 		stop()
@@ -375,6 +383,8 @@ func (s *Source) followCluster(ctx context.Context, c *redis.ClusterClient, work
 	running := map[string]context.CancelFunc{}
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	var initial atomic.Int32 // subscriptions of the first topology not confirmed yet
+	readPending := true      // no topology read yet
 	check := func() {
 		var mu sync.Mutex
 		clients := map[string]*redis.Client{}
@@ -397,6 +407,11 @@ func (s *Source) followCluster(ctx context.Context, c *redis.ClusterClient, work
 			set[a] = true
 		}
 		add, drop := diffMasters(set, addrs)
+		first := readPending && len(add) > 0
+		if first {
+			readPending = false
+			initial.Store(int32(len(add)))
+		}
 		for _, a := range drop {
 			running[a]()
 			delete(running, a)
@@ -411,7 +426,15 @@ func (s *Source) followCluster(ctx context.Context, c *redis.ClusterClient, work
 			}
 			mctx, cancel := context.WithCancel(ctx)
 			running[a] = cancel
-			wg.Go(func() { s.subscribeLoop(mctx, m, a, 0, work) })
+			var subscribed func()
+			if first {
+				subscribed = func() {
+					if initial.Add(-1) == 0 {
+						s.markReady()
+					}
+				}
+			}
+			wg.Go(func() { s.subscribeLoop(mctx, m, a, 0, work, subscribed) })
 		}
 	}
 	check()

@@ -1,0 +1,178 @@
+package expiry
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flagdown/flagdown/internal/testkit"
+	"github.com/flagdown/flagdown/shared/redisstore"
+)
+
+// The tests of this file run against the Redis Cluster of REDIS_CLUSTER_URL (make test starts one
+// with scripts/redis-cluster.sh) and skip without it.
+
+// newClusterEnv is newEnv on the Redis Cluster, under a prefix carrying a hash tag (one city).
+func newClusterEnv(t testing.TB) *env {
+	t.Helper()
+	c := testkit.RedisCluster(t)
+	return newEnvOn(t, c, testkit.ClusterPrefix(t, c))
+}
+
+// The expiry tests that do not need one server's CLIENT LIST or ACL pass on a cluster too.
+func TestExpiryOnCluster(t *testing.T) {
+	testkit.RedisCluster(t)
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, envFunc)
+	}{
+		{"HeartbeatExpiryPublishesOneEvent", testHeartbeatExpiryPublishesOneEvent},
+		{"IgnoresOtherKeys", testIgnoresOtherKeys},
+		{"RecreatedKeyIsSkipped", testRecreatedKeyIsSkipped},
+		{"SweeperPublishesMissedExpiry", testSweeperPublishesMissedExpiry},
+		{"TwoCopiesStoreOneEventPerExpiry", testTwoCopiesStoreOneEventPerExpiry},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newClusterEnv) })
+	}
+}
+
+// noSweep leaves the source's sweeper idle (it still sweeps once per new subscription): every event
+// it publishes then comes from a keyevent notification of a master it subscribed to.
+var noSweep = Options{SweepInterval: time.Hour, TopologyInterval: 100 * time.Millisecond}
+
+// One city per master: each city's source hears the heartbeat and offer-lock expiries of its keys
+// from the master that holds them, as notifications (not swept), so it subscribed to all three.
+func TestClusterExpiriesFromEveryMaster(t *testing.T) {
+	c := testkit.RedisCluster(t)
+	masters := testkit.ClusterMasters(t, c)
+	if len(masters) < 3 {
+		t.Fatalf("cluster masters %v, want 3", masters)
+	}
+	type city struct {
+		e    *env
+		keys []string
+	}
+	var cities []city
+	for _, m := range masters {
+		e := newEnvOn(t, c, testkit.ClusterPrefixOn(t, c, m))
+		e.start(t, noSweep)
+		cities = append(cities, city{e: e, keys: []string{e.prefix + "hb:d1", e.prefix + "offer:d2"}})
+	}
+	for _, ct := range cities {
+		for _, k := range ct.keys {
+			ct.e.setTimer(t, k, 300*time.Millisecond)
+		}
+	}
+	for i, ct := range cities {
+		got := ct.e.waitKeys(t, ct.keys, 20*time.Second)
+		for _, k := range ct.keys {
+			r := got[k]
+			if r.Data.Swept {
+				t.Errorf("city on %s: %s was swept, want heard as a notification", masters[i], k)
+			}
+			if kind, _, _ := redisstore.ParseTimedKey(ct.e.prefix, k); r.Data.Kind != string(kind) {
+				t.Errorf("city on %s: %s has kind %q, want %q", masters[i], k, r.Data.Kind, kind)
+			}
+		}
+	}
+}
+
+// A replica's CLUSTER FAILOVER moves a city's master; the source subscribes to the promoted node
+// (configuring its notifications) and keeps hearing the city's expiries.
+func TestClusterExpirySourceFollowsFailover(t *testing.T) {
+	c := testkit.RedisCluster(t)
+	testkit.LockClusterExclusive(t) // no other test's cluster client while the topology moves
+	ctx := context.Background()
+	e := newClusterEnv(t)
+	old, err := c.MasterForKey(ctx, e.prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldAddr := old.Options().Addr
+	replica := replicaOf(t, old)
+	e.start(t, noSweep)
+
+	before := e.prefix + "hb:before"
+	e.setTimer(t, before, 300*time.Millisecond)
+	if r := e.waitKeys(t, []string{before}, 20*time.Second)[before]; r.Data.Swept {
+		t.Fatalf("before the failover %s was swept, want a notification from %s", before, oldAddr)
+	}
+
+	r := redis.NewClient(&redis.Options{Addr: replica})
+	defer func() { _ = r.Close() }()
+	if err := r.Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
+		t.Fatalf("CLUSTER FAILOVER on %s: %v", replica, err)
+	}
+	waitRole(t, r, "master")
+	waitRole(t, old, "slave")
+	t.Logf("failover: %s replaced %s as the city's master", replica, oldAddr)
+
+	// The source re-reads the topology every 100 ms; a key expiring before it subscribed to the new
+	// master is lost to notifications (the idle sweeper would publish it as swept), so try fresh
+	// keys until one is heard as a notification.
+	for attempt := range 20 {
+		key := fmt.Sprintf("%shb:after-%d", e.prefix, attempt)
+		e.setTimer(t, key, 300*time.Millisecond)
+		end := time.Now().Add(3 * time.Second)
+		for time.Now().Before(end) {
+			if got, ok := e.firstByKey()[key]; ok {
+				if !got.Data.Swept { // heard from the promoted node: a replica publishes no expired event
+					t.Logf("attempt %d: %s heard as a notification", attempt, key)
+					return
+				}
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Fatalf("no expiry heard as a notification after the failover to %s: the source did not follow it", replica)
+}
+
+// replicaOf returns the address of a replica of master m whose link to it is up.
+func replicaOf(t *testing.T, m *redis.Client) string {
+	t.Helper()
+	ctx := context.Background()
+	id, err := m.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := m.Do(ctx, "CLUSTER", "REPLICAS", id).StringSlice()
+	if err != nil || len(lines) == 0 {
+		t.Fatalf("CLUSTER REPLICAS of %s: %v %v", m.Options().Addr, lines, err)
+	}
+	f := strings.Fields(lines[0])
+	addr, _, _ := strings.Cut(f[1], "@")
+	r := redis.NewClient(&redis.Options{Addr: addr})
+	defer func() { _ = r.Close() }()
+	end := time.Now().Add(30 * time.Second)
+	for {
+		info, _ := r.Info(ctx, "replication").Result()
+		if strings.Contains(info, "master_link_status:up") {
+			return addr
+		}
+		if time.Now().After(end) {
+			t.Fatalf("replica %s of %s not in sync after 30s", addr, m.Options().Addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitRole waits until node n reports role ("master" or "slave", the first element of ROLE).
+func waitRole(t *testing.T, n *redis.Client, role string) {
+	t.Helper()
+	end := time.Now().Add(30 * time.Second)
+	for {
+		v, err := n.Do(context.Background(), "ROLE").Slice()
+		if err == nil && len(v) > 0 && v[0] == role {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%s has role %v (%v) after 30s, want %s", n.Options().Addr, v, err, role)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
