@@ -158,3 +158,17 @@ func deleteClusterKeys(c *redis.ClusterClient, prefix string) {
 		return iter.Err()
 	})
 }
+
+// RedisFunc returns a Redis client and a new key prefix of the test's own, whose keys are deleted
+// when t ends: tests taking one run on one server (SingleRedis) and on a cluster (ClusterRedis).
+type RedisFunc = func(t testing.TB) (redis.UniversalClient, string)
+
+// SingleRedis is Redis as a RedisFunc: the server of REDIS_URL, prefix "t:<random>:".
+func SingleRedis(t testing.TB) (redis.UniversalClient, string) { return Redis(t) }
+
+// ClusterRedis is a RedisFunc over the Redis Cluster of REDIS_CLUSTER_URL (RedisCluster, skipping
+// without it) with a prefix carrying a hash tag (ClusterPrefix), as one city's deployment has.
+func ClusterRedis(t testing.TB) (redis.UniversalClient, string) {
+	c := RedisCluster(t)
+	return c, ClusterPrefix(t, c)
+}
