@@ -73,6 +73,9 @@ func testRegistry(t *testing.T, newRedis testkit.RedisFunc) {
 	if _, ok, _ := reg.Lookup(ctx, "m0"); ok {
 		t.Error("the evicted connection is still registered")
 	}
+	if n, err := reg.Count(ctx); err != nil || n != 1+push.MaxConnectionsPerUser {
+		t.Errorf("Count = %d, %v; want %d (c3 and the rider's %d)", n, err, 1+push.MaxConnectionsPerUser, push.MaxConnectionsPerUser)
+	}
 
 	// Registrations expire with their TTL.
 	short := push.NewRegistry(rdb, prefix+"short:")
