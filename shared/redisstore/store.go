@@ -2,7 +2,9 @@
 // heartbeats, the GEO set of available drivers, offer locks and live ride positions. Everything here
 // may be lost; PostgreSQL stays the source of truth for rides and offers.
 //
-// Keys (all under the configured prefix P):
+// Keys (all under the configured prefix P; on a Redis Cluster P carries the city's hash tag, e.g.
+// "flagdown:{nyc}:", so every key below is in one slot and each script and pipeline runs on the
+// city's shard, see CheckPrefix):
 //
 //	P driver:{id}        hash: status, lat, lng, ts (ms of the last accepted ping), seen (ms of the
 //	                     last ping), heading, speed, ride (active ride id), epoch (assignment epoch of
