@@ -88,13 +88,10 @@ func TestClusterExpirySourceFollowsFailover(t *testing.T) {
 	testkit.LockClusterExclusive(t) // no other test's cluster client while the topology moves
 	ctx := context.Background()
 	e := newClusterEnv(t)
-	old, err := c.MasterForKey(ctx, e.prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := masterOf(t, c, e.prefix)
 	oldAddr := old.Options().Addr
 	replica := replicaOf(t, old)
-	e.start(t, noSweep)
+	src := e.start(t, noSweep)
 
 	before := e.prefix + "hb:before"
 	e.setTimer(t, before, 300*time.Millisecond)
@@ -129,10 +126,15 @@ func TestClusterExpirySourceFollowsFailover(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	t.Fatalf("no expiry heard as a notification after the failover to %s: the source did not follow it", replica)
+	e.mu.Lock()
+	seen := e.seen
+	e.mu.Unlock()
+	t.Fatalf("no expiry heard as a notification after the failover to %s: the source did not follow it (source %+v; events %+v)",
+		replica, src.Stats(), seen)
 }
 
-// replicaOf returns the address of a replica of master m whose link to it is up.
+// replicaOf returns the address of a replica of master m whose link to it is up, waiting up to 30 s
+// (right after an earlier failover the demoted master is still becoming m's replica).
 func replicaOf(t *testing.T, m *redis.Client) string {
 	t.Helper()
 	ctx := context.Background()
@@ -140,24 +142,47 @@ func replicaOf(t *testing.T, m *redis.Client) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines, err := m.Do(ctx, "CLUSTER", "REPLICAS", id).StringSlice()
-	if err != nil || len(lines) == 0 {
-		t.Fatalf("CLUSTER REPLICAS of %s: %v %v", m.Options().Addr, lines, err)
-	}
-	f := strings.Fields(lines[0])
-	addr, _, _ := strings.Cut(f[1], "@")
-	r := redis.NewClient(&redis.Options{Addr: addr})
-	defer func() { _ = r.Close() }()
 	end := time.Now().Add(30 * time.Second)
 	for {
-		info, _ := r.Info(ctx, "replication").Result()
-		if strings.Contains(info, "master_link_status:up") {
-			return addr
+		lines, err := m.Do(ctx, "CLUSTER", "REPLICAS", id).StringSlice()
+		for _, line := range lines {
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			addr, _, _ := strings.Cut(f[1], "@")
+			r := redis.NewClient(&redis.Options{Addr: addr})
+			info, _ := r.Info(ctx, "replication").Result()
+			_ = r.Close()
+			if strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up") {
+				return addr
+			}
 		}
 		if time.Now().After(end) {
-			t.Fatalf("replica %s of %s not in sync after 30s", addr, m.Options().Addr)
+			t.Fatalf("no replica of %s in sync after 30s (CLUSTER REPLICAS: %v, %v)", m.Options().Addr, lines, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// masterOf returns the client of the master serving key, once the node itself says it is a master
+// (the client's view may lag an earlier failover by a moment).
+func masterOf(t *testing.T, c *redis.ClusterClient, key string) *redis.Client {
+	t.Helper()
+	ctx := context.Background()
+	end := time.Now().Add(30 * time.Second)
+	for {
+		m, err := c.MasterForKey(ctx, key)
+		if err == nil {
+			if v, err := m.Do(ctx, "ROLE").Slice(); err == nil && len(v) > 0 && v[0] == "master" {
+				return m
+			}
+		}
+		if time.Now().After(end) {
+			t.Fatalf("no master of %s after 30s: %v", key, err)
+		}
+		c.ReloadState(ctx)
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
