@@ -22,7 +22,7 @@ help: ## list the targets
 	@echo "variables: GO=$(GO) REPLAY_ARGS='$(REPLAY_ARGS)' GOTEST_FLAGS='$(GOTEST_FLAGS)' FLAGDOWN_ADDR (demo)"
 	@echo "services knobs: FLAGDOWN_REDIS_PORT / FLAGDOWN_PG_PORT (ports probed), SERVICES_ARGS=--private (see scripts/services.sh)"
 
-test: ## services up, gofmt check, go vet, go test -race; stops the services it started (also on failure)
+test: ## services up and a private Redis Cluster, gofmt check, go vet, go test -race; stops what it started (also on failure)
 	GOTEST_PKGS='$(PKGS)' scripts/test.sh
 
 dev: ## build, services up, run `flagdown dev` in the foreground with a fresh token secret, print the gateway URL and a curl walkthrough; Ctrl-C stops it and the services it started

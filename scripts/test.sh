@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# test.sh — what `make test` runs: bring up Redis + PostgreSQL (scripts/services.sh up), then with
-# .local/services.env sourced check gofmt, run go vet and go test -race, and finally stop the services
-# this run started — also when a step fails or on Ctrl-C. Exits with the first failing step's status.
+# test.sh — what `make test` runs: bring up Redis + PostgreSQL (scripts/services.sh up) and a private
+# 3-master Redis Cluster (scripts/redis-cluster.sh up: REDIS_CLUSTER_URL, for the cluster tests of
+# shared/redisstore and shared/expiry), then with .local/services.env sourced check gofmt, run go vet
+# and go test -race, and finally stop the cluster and the services this run started — also when a
+# step fails or on Ctrl-C. Exits with the first failing step's status.
 #
 # Environment: GO (go binary, default go), GOTEST_FLAGS (default: -race -count=1 -timeout 20m),
 # GOTEST_PKGS (default ./...), SERVICES_ARGS (extra arguments for services.sh up, e.g. --private).
@@ -13,6 +15,8 @@ GO="${GO:-go}"
 GOTEST_FLAGS="${GOTEST_FLAGS:--race -count=1 -timeout 20m}"
 GOTEST_PKGS="${GOTEST_PKGS:-./...}"
 OWNER="make-test-$$"
+CLUSTER_NAME="redis-cluster-make-test"
+CLUSTER_UP=0
 
 log() { printf 'test: %s\n' "$*" >&2; }
 step() { printf '\ntest: ==> %s\n' "$*" >&2; }
@@ -20,6 +24,10 @@ step() { printf '\ntest: ==> %s\n' "$*" >&2; }
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
+	if [ "$CLUSTER_UP" = 1 ]; then
+		step "scripts/redis-cluster.sh down"
+		FLAGDOWN_CLUSTER_NAME="$CLUSTER_NAME" scripts/redis-cluster.sh down || log "warning: stopping the Redis Cluster failed"
+	fi
 	step "scripts/services.sh down --owner $OWNER"
 	scripts/services.sh down --owner "$OWNER" || log "warning: stopping services failed"
 	if [ "$rc" -eq 0 ]; then log "PASS"; else log "FAIL (exit $rc)"; fi
@@ -68,7 +76,14 @@ step "scripts/services.sh up --redis-server ${SERVICES_ARGS:-}"
 scripts/services.sh up --owner "$OWNER" --redis-server ${SERVICES_ARGS:-}
 # shellcheck disable=SC1091
 . .local/services.env
-log "DATABASE_URL=$DATABASE_URL REDIS_URL=$REDIS_URL NATS_URL=${NATS_URL:-(embedded per test)}"
+
+step "scripts/redis-cluster.sh up"
+CLUSTER_UP=1
+FLAGDOWN_CLUSTER_NAME="$CLUSTER_NAME" scripts/redis-cluster.sh up
+# shellcheck disable=SC1090
+. ".local/$CLUSTER_NAME.env"
+export REDIS_CLUSTER_URL
+log "DATABASE_URL=$DATABASE_URL REDIS_URL=$REDIS_URL REDIS_CLUSTER_URL=$REDIS_CLUSTER_URL NATS_URL=${NATS_URL:-(embedded per test)}"
 
 step "gofmt -l"
 GOFMT="$("$GO" env GOROOT)/bin/gofmt"

@@ -36,6 +36,9 @@ flagdown dev runs one itself. Stops gracefully on SIGINT/SIGTERM.`,
 				return err
 			}
 			defer func() { _ = rdb.Close() }()
+			if err := redisstore.CheckPrefix(rdb, cfg.RedisPrefix); err != nil {
+				return err
+			}
 			publish, closePublisher, target, err := eventPublisher(ctx, cfg)
 			if err != nil {
 				return err
@@ -43,7 +46,7 @@ flagdown dev runs one itself. Stops gracefully on SIGINT/SIGTERM.`,
 			defer closePublisher()
 			src := expiry.New(app.NewStore(rdb, cfg), expiry.Publisher(publish),
 				expiry.Options{SweepInterval: cfg.ExpirySweepInterval, NotificationsConfigured: configured, Log: log, Keys: keys})
-			log.Info("expiry source starting", "redis", rdb.Options().Addr, "sweep", cfg.ExpirySweepInterval, "publish to", target)
+			log.Info("expiry source starting", "redis", redisstore.Addr(rdb), "sweep", cfg.ExpirySweepInterval, "publish to", target)
 			if err := src.Run(ctx); err != nil && ctx.Err() == nil {
 				return err
 			}

@@ -149,8 +149,9 @@ func NewLogger(cfg *config.Config) *slog.Logger {
 	return log
 }
 
-// Open connects to PostgreSQL and Redis as cfg says. It does not apply migrations. A nil log is
-// NewLogger(cfg).
+// Open connects to PostgreSQL and Redis (one server or a Redis Cluster, see redisstore.Open) as cfg
+// says, refusing a cluster with a key prefix without hash tag (redisstore.CheckPrefix). It does not
+// apply migrations. A nil log is NewLogger(cfg).
 func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Deps, error) {
 	if log == nil {
 		log = NewLogger(cfg)
@@ -160,6 +161,11 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Deps, err
 		return nil, err
 	}
 	rdb, err := redisstore.Open(ctx, cfg.RedisURL)
+	if err == nil {
+		if err = redisstore.CheckPrefix(rdb, cfg.RedisPrefix); err != nil {
+			_ = rdb.Close()
+		}
+	}
 	if err != nil {
 		db.Close()
 		return nil, err

@@ -25,9 +25,11 @@ type Config struct {
 	DatabaseURL string `env:"DATABASE_URL" envDefault:"postgres://postgres@127.0.0.1:5432/flagdown?sslmode=disable"`
 	// DatabaseSchema, when set, is the schema flagdown's tables live in (search_path); tests use one each.
 	DatabaseSchema string `env:"FLAGDOWN_DB_SCHEMA"`
-	// RedisURL is the Redis connection URL (GEO index, heartbeats, driver state, offer locks).
+	// RedisURL is the Redis connection URL (GEO index, heartbeats, driver state, offer locks): one server
+	// (redis://) or a Redis Cluster (redis+cluster://host:port?addr=host2:port2, see redisstore.Open).
 	RedisURL string `env:"REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
-	// RedisPrefix is prepended to every Redis key flagdown writes, so several deployments or tests share a server.
+	// RedisPrefix is prepended to every Redis key flagdown writes, so several deployments or tests share a
+	// server; on a Redis Cluster it carries the city's hash tag, e.g. "flagdown:{nyc}:" (redisstore.CheckPrefix).
 	RedisPrefix string `env:"FLAGDOWN_REDIS_PREFIX" envDefault:"flagdown:"`
 	// NATSURL is the broker's URL; empty means flagdown dev starts an embedded NATS JetStream server.
 	NATSURL string `env:"NATS_URL"`

@@ -48,9 +48,14 @@
 //
 // Keyspace notifications are node-local, so with a *redis.ClusterClient the source configures and
 // subscribes to every master (ForEachMaster) and re-checks the topology every
-// Options.TopologyInterval, subscribing to new masters and dropping removed ones. The deadline set
-// is one key and therefore lives on one shard (with a hash tag in the prefix, e.g. "{flagdown}:", on
-// the same shard as the rest of flagdown's keys); its tombstone set shares its hash slot.
+// Options.TopologyInterval, subscribing to new masters and dropping removed ones: after a failover
+// the promoted replica is subscribed to (and configured) within about one interval, and expiries in
+// between are the sweeper's. On a cluster the prefix carries the city's hash tag (e.g.
+// "flagdown:{nyc}:", redisstore.CheckPrefix), so the deadline set, its tombstone set and every timed
+// key of the city are on one shard; the sweeper reads that shard's clock (redisstore.Store.Now). The
+// source listens on every master all the same, because which master holds the city changes with
+// failovers and resharding, and several cities' sources share the cluster (each acts only on keys
+// under its own prefix).
 package expiry
 
 import (
@@ -143,6 +148,7 @@ type Stats struct {
 // Source is the expiry source. Build it with New and call Run once.
 type Source struct {
 	rdb     redis.UniversalClient
+	store   *redisstore.Store
 	prefix  string
 	dk, fk  string
 	publish Publisher
@@ -180,13 +186,14 @@ func New(store *redisstore.Store, publish Publisher, opt Options) *Source {
 	}
 	dk := store.DeadlinesKey()
 	return &Source{
-		rdb: store.Client(), prefix: store.Prefix(), dk: dk, fk: firedKey(dk),
+		rdb: store.Client(), store: store, prefix: store.Prefix(), dk: dk, fk: firedKey(dk),
 		publish: publish, opt: opt, log: log,
 		ready: make(chan struct{}), kick: make(chan struct{}, 1),
 	}
 }
 
-// Ready is closed once the first subscription is confirmed (tests wait on it).
+// Ready is closed once the subscription is confirmed: on a Redis Cluster, the subscription of every
+// master of the first topology read (tests wait on it).
 func (s *Source) Ready() <-chan struct{} { return s.ready }
 
 // Stats returns a snapshot of the counters.
@@ -270,7 +277,7 @@ func (s *Source) Run(ctx context.Context) error {
 		o.ClientName = s.opt.ClientName
 		sub := redis.NewClient(&o)
 		defer func() { _ = sub.Close() }()
-		wg.Go(func() { s.subscribeLoop(ctx, sub, o.Addr, o.DB, work) })
+		wg.Go(func() { s.subscribeLoop(ctx, sub, o.Addr, o.DB, work, s.markReady) })
 	default:
 		cancel()
 		wg.Wait()
@@ -284,8 +291,12 @@ func (s *Source) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// subscribeLoop keeps one subscription to node c's expired channel, re-subscribing with backoff.
-func (s *Source) subscribeLoop(ctx context.Context, c *redis.Client, addr string, db int, work chan<- string) {
+// markReady closes Ready (once).
+func (s *Source) markReady() { s.readyOnce.Do(func() { close(s.ready) }) }
+
+// subscribeLoop keeps one subscription to node c's expired channel, re-subscribing with backoff;
+// subscribed runs after the first confirmed subscription.
+func (s *Source) subscribeLoop(ctx context.Context, c *redis.Client, addr string, db int, work chan<- string, subscribed func()) {
 	channel := fmt.Sprintf("__keyevent@%d__:expired", db)
 	var lostAt time.Time
 	backoff := 100 * time.Millisecond
@@ -321,7 +332,10 @@ func (s *Source) subscribeLoop(ctx context.Context, c *redis.Client, addr string
 				"redis", addr, "gap", gap)
 			lostAt = time.Time{}
 		}
-		s.readyOnce.Do(func() { close(s.ready) })
+		if subscribed != nil {
+			subscribed()
+			subscribed = nil
+		}
 		s.sweepNow()
 		err = s.receive(ctx, ps, work)
 		stop()
@@ -369,6 +383,8 @@ func (s *Source) followCluster(ctx context.Context, c *redis.ClusterClient, work
 	running := map[string]context.CancelFunc{}
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	var initial atomic.Int32 // subscriptions of the first topology not confirmed yet
+	readPending := true      // no topology read yet
 	check := func() {
 		var mu sync.Mutex
 		clients := map[string]*redis.Client{}
@@ -391,6 +407,11 @@ func (s *Source) followCluster(ctx context.Context, c *redis.ClusterClient, work
 			set[a] = true
 		}
 		add, drop := diffMasters(set, addrs)
+		first := readPending && len(add) > 0
+		if first {
+			readPending = false
+			initial.Store(int32(len(add)))
+		}
 		for _, a := range drop {
 			running[a]()
 			delete(running, a)
@@ -405,7 +426,15 @@ func (s *Source) followCluster(ctx context.Context, c *redis.ClusterClient, work
 			}
 			mctx, cancel := context.WithCancel(ctx)
 			running[a] = cancel
-			wg.Go(func() { s.subscribeLoop(mctx, m, a, 0, work) })
+			var subscribed func()
+			if first {
+				subscribed = func() {
+					if initial.Add(-1) == 0 {
+						s.markReady()
+					}
+				}
+			}
+			wg.Go(func() { s.subscribeLoop(mctx, m, a, 0, work, subscribed) })
 		}
 	}
 	check()
@@ -567,7 +596,7 @@ func (s *Source) sweepLoop(ctx context.Context) {
 // Redis's clock), touches their keys with PEXPIRETIME in one pipelined round trip and acts on the
 // answers (see the package doc). It returns the number of overdue entries read.
 func (s *Source) Sweep(ctx context.Context) (int, error) {
-	now, err := s.rdb.Time(ctx).Result()
+	now, err := s.store.Now(ctx)
 	if err != nil {
 		return 0, err
 	}

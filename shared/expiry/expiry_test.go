@@ -33,7 +33,7 @@ type received struct {
 }
 
 type env struct {
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	prefix string
 	store  *redisstore.Store
 	broker *broker.Broker
@@ -53,6 +53,16 @@ func testLog(t testing.TB) *slog.Logger {
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	rdb, prefix := testkit.Redis(t)
+	return newEnvOn(t, rdb, prefix)
+}
+
+// envFunc returns a new env; the tests taking one run against a single Redis (newEnv) and a Redis
+// Cluster (newClusterEnv, cluster_test.go).
+type envFunc = func(t testing.TB) *env
+
+// newEnvOn is newEnv over rdb with keys under prefix.
+func newEnvOn(t testing.TB, rdb redis.UniversalClient, prefix string) *env {
+	t.Helper()
 	url := testkit.NATS(t)
 	id := testkit.ID()
 	b, err := broker.Connect(context.Background(), url, "T_"+id, "t"+id+".events")
@@ -175,6 +185,10 @@ func (e *env) stored(t testing.TB) uint64 {
 }
 
 func TestHeartbeatExpiryPublishesOneEvent(t *testing.T) {
+	testHeartbeatExpiryPublishesOneEvent(t, newEnv)
+}
+
+func testHeartbeatExpiryPublishesOneEvent(t *testing.T, newEnv envFunc) {
 	e := newEnv(t)
 	s := e.start(t, Options{})
 	key := e.prefix + "hb:d1"
@@ -201,7 +215,7 @@ func TestHeartbeatExpiryPublishesOneEvent(t *testing.T) {
 }
 
 // fillBackground writes n keys with TTLs an hour away under the prefix, pipelined.
-func fillBackground(t testing.TB, rdb *redis.Client, prefix string, n int) {
+func fillBackground(t testing.TB, rdb redis.UniversalClient, prefix string, n int) {
 	t.Helper()
 	ctx := context.Background()
 	for i := 0; i < n; i += 5000 {
@@ -267,7 +281,9 @@ func BenchmarkExpiryLateness(b *testing.B) {
 	b.ReportMetric(float64(all[len(all)-1].Microseconds())/1000, "max_ms")
 }
 
-func TestIgnoresOtherKeys(t *testing.T) {
+func TestIgnoresOtherKeys(t *testing.T) { testIgnoresOtherKeys(t, newEnv) }
+
+func testIgnoresOtherKeys(t *testing.T, newEnv envFunc) {
 	e := newEnv(t)
 	s := e.start(t, Options{})
 	ctx := context.Background()
@@ -303,7 +319,9 @@ func mapsKeys(m map[string]received) func(func(string) bool) {
 	}
 }
 
-func TestRecreatedKeyIsSkipped(t *testing.T) {
+func TestRecreatedKeyIsSkipped(t *testing.T) { testRecreatedKeyIsSkipped(t, newEnv) }
+
+func testRecreatedKeyIsSkipped(t *testing.T, newEnv envFunc) {
 	e := newEnv(t)
 	s := New(e.store, e.broker.Publish, Options{Log: testLog(t)})
 	key := e.prefix + "hb:d2"
@@ -329,7 +347,9 @@ func TestRecreatedKeyIsSkipped(t *testing.T) {
 	}
 }
 
-func TestSweeperPublishesMissedExpiry(t *testing.T) {
+func TestSweeperPublishesMissedExpiry(t *testing.T) { testSweeperPublishesMissedExpiry(t, newEnv) }
+
+func testSweeperPublishesMissedExpiry(t *testing.T, newEnv envFunc) {
 	e := newEnv(t)
 	key := e.prefix + "offer:d4"
 	d := e.setTimer(t, key, 100*time.Millisecond)
@@ -346,6 +366,10 @@ func TestSweeperPublishesMissedExpiry(t *testing.T) {
 }
 
 func TestTwoCopiesStoreOneEventPerExpiry(t *testing.T) {
+	testTwoCopiesStoreOneEventPerExpiry(t, newEnv)
+}
+
+func testTwoCopiesStoreOneEventPerExpiry(t *testing.T, newEnv envFunc) {
 	e := newEnv(t)
 	e.start(t, Options{ClientName: "flagdown-expiry-test-a"})
 	e.start(t, Options{ClientName: "flagdown-expiry-test-b"})
@@ -374,7 +398,7 @@ func TestConfigRefusedNamesTheSetting(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.rdb.Do(context.Background(), "ACL", "DELUSER", user) })
-	opt := *e.rdb.Options()
+	opt := *e.rdb.(*redis.Client).Options()
 	opt.Username, opt.Password = user, "pw"
 	limited := redis.NewClient(&opt)
 	t.Cleanup(func() { _ = limited.Close() })

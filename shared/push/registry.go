@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -56,7 +57,8 @@ const MaxConnectionIDLen = 128
 //	S ws:rider:<ride id> the ride's rider, while it has a driver (position pushes)
 //
 // Each operation touches one key per command (no multi-key script), so the registry works the same
-// on a Redis Cluster.
+// on a Redis Cluster; with the city's hash tag in the prefix (redisstore.CheckPrefix) every key is
+// on the city's shard (the {role:id} of a user key is not its tag: Redis reads the first one).
 type Registry struct {
 	rdb    redis.UniversalClient
 	prefix string
@@ -177,17 +179,26 @@ func (r *Registry) Connections(ctx context.Context, u User) ([]string, error) {
 }
 
 // Count returns how many connections are registered under the registry's prefix (a SCAN of the
-// ws:conn keys: for checks after a run, not for request paths).
+// ws:conn keys, on every master of a Redis Cluster: for checks after a run, not for request paths).
 func (r *Registry) Count(ctx context.Context) (int, error) {
-	n := 0
-	iter := r.rdb.Scan(ctx, 0, r.prefix+"ws:conn:*", 1000).Iterator()
-	for iter.Next(ctx) {
-		n++
+	var n atomic.Int64
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, r.prefix+"ws:conn:*", 1000).Iterator()
+		for iter.Next(ctx) {
+			n.Add(1)
+		}
+		return iter.Err()
 	}
-	if err := iter.Err(); err != nil {
+	var err error
+	if c, ok := r.rdb.(*redis.ClusterClient); ok {
+		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return scan(ctx, m) })
+	} else {
+		err = scan(ctx, r.rdb)
+	}
+	if err != nil {
 		return 0, unavailable(err)
 	}
-	return n, nil
+	return int(n.Load()), nil
 }
 
 // SetRideRider records riderID as the rider of rideID while the ride has a driver, so a driver's

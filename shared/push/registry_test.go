@@ -12,10 +12,12 @@ import (
 	"github.com/flagdown/flagdown/shared/push"
 )
 
-func TestRegistry(t *testing.T) {
+func TestRegistry(t *testing.T) { testRegistry(t, testkit.SingleRedis) }
+
+func testRegistry(t *testing.T, newRedis testkit.RedisFunc) {
 	t.Parallel()
 	ctx := context.Background()
-	rdb, prefix := testkit.Redis(t)
+	rdb, prefix := newRedis(t)
 	reg := push.NewRegistry(rdb, prefix)
 	d1 := push.User{Role: auth.RoleDriver, ID: "d1"}
 	r1 := push.User{Role: auth.RoleRider, ID: "d1"} // same subject, other role: another user
@@ -70,6 +72,9 @@ func TestRegistry(t *testing.T) {
 	}
 	if _, ok, _ := reg.Lookup(ctx, "m0"); ok {
 		t.Error("the evicted connection is still registered")
+	}
+	if n, err := reg.Count(ctx); err != nil || n != 1+push.MaxConnectionsPerUser {
+		t.Errorf("Count = %d, %v; want %d (c3 and the rider's %d)", n, err, 1+push.MaxConnectionsPerUser, push.MaxConnectionsPerUser)
 	}
 
 	// Registrations expire with their TTL.

@@ -13,8 +13,12 @@ import (
 )
 
 func TestAllowSpendsTheBudgetThenRefusesWithRetryAfter(t *testing.T) {
+	testAllowSpendsTheBudgetThenRefusesWithRetryAfter(t, testkit.SingleRedis)
+}
+
+func testAllowSpendsTheBudgetThenRefusesWithRetryAfter(t *testing.T, newRedis testkit.RedisFunc) {
 	t.Parallel()
-	rdb, prefix := testkit.Redis(t)
+	rdb, prefix := newRedis(t)
 	l := ratelimit.New(rdb, prefix, ratelimit.Limits{RidesPerMin: 3, PingsPerMin: 0})
 	ctx := t.Context()
 	for i := range 3 {
@@ -57,8 +61,12 @@ func TestAllowSpendsTheBudgetThenRefusesWithRetryAfter(t *testing.T) {
 }
 
 func TestABatchLargerThanTheBurstIsRefusedWithoutSpending(t *testing.T) {
+	testABatchLargerThanTheBurstIsRefusedWithoutSpending(t, testkit.SingleRedis)
+}
+
+func testABatchLargerThanTheBurstIsRefusedWithoutSpending(t *testing.T, newRedis testkit.RedisFunc) {
 	t.Parallel()
-	rdb, prefix := testkit.Redis(t)
+	rdb, prefix := newRedis(t)
 	l := ratelimit.New(rdb, prefix, ratelimit.Limits{PingsPerMin: 10})
 	ctx := t.Context()
 	if err := l.Allow(ctx, ratelimit.Pings, "d-1", "driver_id", 11); dispatch.ErrorCode(err) != dispatch.CodeRateLimited {
@@ -72,8 +80,12 @@ func TestABatchLargerThanTheBurstIsRefusedWithoutSpending(t *testing.T) {
 // AllowEach spends many budgets in one round trip with the same script and keys as Allow: a budget
 // spent by one is spent for the other, and only the ids past their budget are refused.
 func TestAllowEachSharesBudgetsWithAllow(t *testing.T) {
+	testAllowEachSharesBudgetsWithAllow(t, testkit.SingleRedis)
+}
+
+func testAllowEachSharesBudgetsWithAllow(t *testing.T, newRedis testkit.RedisFunc) {
 	t.Parallel()
-	rdb, prefix := testkit.Redis(t)
+	rdb, prefix := newRedis(t)
 	l := ratelimit.New(rdb, prefix, ratelimit.Limits{PingsPerMin: 3})
 	ctx := t.Context()
 	if err := l.Allow(ctx, ratelimit.Pings, "d-1", "driver_id", 2); err != nil {

@@ -31,9 +31,13 @@ local now = tonumber(__t[1]) * 1000 + math.floor(tonumber(__t[2]) / 1000)
 // alive and holding no offer lock. The live position of the ride he leaves is tombstoned
 // (driver ”) if it was his.
 //
-// KEYS: driver hash, GEO, on-ride set, heartbeat, offer lock. ARGV: driver id, epoch, ride id (” =
-// free), on-ride status, ride version, lat (” keeps), lng, ride-pos key prefix, ride-pos TTL ms,
-// driver-state TTL ms. Returns 1 applied, 2 only taken out of the GEO set, 0 nothing to do.
+// KEYS: driver hash, GEO, on-ride set, heartbeat, offer lock, and the live position of ARGV ride
+// (only when it is not ”). ARGV: driver id, epoch, ride id (” = free), on-ride status, ride
+// version, lat (” keeps), lng, ride-pos key prefix, ride-pos TTL ms, driver-state TTL ms. The one
+// key not in KEYS is the live position of the ride the driver leaves (its name is the ride the hash
+// holds, known only inside the script), built from the prefix: it carries the prefix's hash tag, so
+// on a Redis Cluster it is in the slot of the declared keys (CheckPrefix). Returns 1 applied, 2 only
+// taken out of the GEO set, 0 nothing to do.
 var assignScript = redis.NewScript(redisNowMs + `
 local e = tonumber(ARGV[2])
 local cur = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
@@ -73,7 +77,7 @@ if ride ~= '' then
   end
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('SADD', KEYS[3], ARGV[1])
-  local rk = ARGV[8] .. ride
+  local rk = KEYS[6]
   if ver > tonumber(redis.call('HGET', rk, 'ver') or '0') then
     redis.call('HSET', rk, 'driver', ARGV[1], 'ver', ver)
     local p = redis.call('HMGET', KEYS[1], 'lat', 'lng', 'ts')
@@ -114,8 +118,12 @@ const (
 	AssignGeoFixed ApplyResult = 2
 )
 
-func (s *Store) assignKeys(driverID string) []string {
-	return []string{s.driverKey(driverID), s.geoKey(), s.onRideKey(), s.hbKey(driverID), s.offerKey(driverID)}
+func (s *Store) assignKeys(a dispatch.Assignment) []string {
+	keys := []string{s.driverKey(a.DriverID), s.geoKey(), s.onRideKey(), s.hbKey(a.DriverID), s.offerKey(a.DriverID)}
+	if a.RideID != "" {
+		keys = append(keys, s.ridePosKey(a.RideID))
+	}
+	return keys
 }
 
 func (s *Store) assignArgs(a dispatch.Assignment) []any {
@@ -131,7 +139,7 @@ func (s *Store) assignArgs(a dispatch.Assignment) []any {
 // ApplyAssignment makes Redis hold a (see assignScript) unless it already holds a's epoch or a newer
 // one. It returns what it did, or a CodeUnavailable error when Redis cannot be reached.
 func (s *Store) ApplyAssignment(ctx context.Context, a dispatch.Assignment) (ApplyResult, error) {
-	n, err := assignScript.Run(ctx, s.rdb, s.assignKeys(a.DriverID), s.assignArgs(a)...).Int()
+	n, err := assignScript.Run(ctx, s.rdb, s.assignKeys(a), s.assignArgs(a)...).Int()
 	if err != nil {
 		return AssignNoop, unavailable(err)
 	}

@@ -53,8 +53,9 @@ func (s *Store) batchRunKey(name string, deadlineMs int64) string {
 
 // joinScript adds rides to a batch (keeping the join time of a ride already waiting) and, unless
 // the batch is armed, arms a new window: timer ARGV[2]..now and the armed marker, both with the
-// window as TTL, the timer's deadline indexed. The timer key is built in the script (it carries
-// Redis's clock); it shares the prefix, and so the hash slot, of the declared keys. KEYS: queue,
+// window as TTL, the timer's deadline indexed. The timer key is the one key not in KEYS: it is built
+// in the script (its name carries Redis's clock) from the prefix, whose hash tag puts it in the slot
+// of the declared keys on a Redis Cluster (CheckPrefix). KEYS: queue,
 // armed marker, deadlines. ARGV: window ms, timer key prefix, ride ids... Returns 1 when it armed.
 var joinScript = redis.NewScript(redisNowMs + `
 for i = 3, #ARGV do redis.call('ZADD', KEYS[1], 'NX', now, ARGV[i]) end

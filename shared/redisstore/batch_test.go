@@ -43,7 +43,9 @@ func TestBatchOfTimer(t *testing.T) {
 
 // TestBatchWindowsHaveTheirOwnTimer: the ride arming the next window does not re-create the timer of
 // the window that just closed (the expiry source would skip its expiry as a re-created key).
-func TestBatchWindowsHaveTheirOwnTimer(t *testing.T) {
+func TestBatchWindowsHaveTheirOwnTimer(t *testing.T) { testBatchWindowsHaveTheirOwnTimer(t, newStore) }
+
+func testBatchWindowsHaveTheirOwnTimer(t *testing.T, newStore storeFunc) {
 	ctx := context.Background()
 	s := newStore(t)
 	if _, err := s.JoinBatch(ctx, "city", []string{"r1"}, 20*time.Millisecond); err != nil {
@@ -69,7 +71,9 @@ func TestBatchWindowsHaveTheirOwnTimer(t *testing.T) {
 	}
 }
 
-func TestBatchJoinAndClaim(t *testing.T) {
+func TestBatchJoinAndClaim(t *testing.T) { testBatchJoinAndClaim(t, newStore) }
+
+func testBatchJoinAndClaim(t *testing.T, newStore storeFunc) {
 	ctx := context.Background()
 	s := newStore(t)
 	armed, err := s.JoinBatch(ctx, "city", []string{"r1", "r2"}, 5*time.Second)

@@ -29,9 +29,9 @@ type RetryTimer struct {
 // RetryTimers reads the retry timer of each ride in pipelined round trips, with Redis's clock at
 // the start of the read. Errors are CodeUnavailable.
 func (s *Store) RetryTimers(ctx context.Context, rideIDs []string) (now time.Time, timers []RetryTimer, err error) {
-	now, err = s.rdb.Time(ctx).Result()
+	now, err = s.Now(ctx)
 	if err != nil {
-		return time.Time{}, nil, unavailable(err)
+		return time.Time{}, nil, err
 	}
 	timers = make([]RetryTimer, 0, len(rideIDs))
 	for start := 0; start < len(rideIDs); start += verifyChunk {

@@ -46,9 +46,12 @@ type PingResult struct {
 }
 
 // pingScript applies one ping atomically (one round trip per call, pipelined for batches).
-// KEYS: driver hash, heartbeat, GEO set, offer lock, deadlines. ARGV: driver id, lat, lng, ts ms,
-// status ("" keeps), heading, speed, heartbeat TTL ms, max speed m/s, noise m, ride-pos key prefix,
-// ride-pos TTL ms, driver-state TTL ms, on-ride set key, position push interval ms (0 = none). The heartbeat's deadline is Redis's clock
+// KEYS: driver hash, heartbeat, GEO set, offer lock, deadlines, on-ride set. ARGV: driver id, lat,
+// lng, ts ms, status ("" keeps), heading, speed, heartbeat TTL ms, max speed m/s, noise m, ride-pos
+// key prefix, ride-pos TTL ms, driver-state TTL ms, position push interval ms (0 = none). The one key
+// not in KEYS is the live position of the driver's ride, P ridepos:{ride}: its name is the ride the
+// driver hash holds, known only inside the script; it carries the prefix's hash tag, so on a Redis
+// Cluster it is in the slot of the declared keys (CheckPrefix). The heartbeat's deadline is Redis's clock
 // + TTL. A driver whose hash holds a ride is (re-)added to the on-ride set, so reconcile finds every
 // such driver even if the set was lost or predates him.
 // Rules: a ping not newer than the last accepted one is stale: it still proves the driver alive
@@ -112,13 +115,13 @@ if status == 'available' and ride == '' and not offer and lat and lng then
 else
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
-if ride ~= '' then redis.call('SADD', ARGV[14], ARGV[1]) end
+if ride ~= '' then redis.call('SADD', KEYS[6], ARGV[1]) end
 local push = ''
 if ride ~= '' and applied == 1 then
   local rk = ARGV[11] .. ride
   local rp = redis.call('HMGET', rk, 'driver', 'pushed')
   if rp[1] == ARGV[1] then
-    local every = tonumber(ARGV[15])
+    local every = tonumber(ARGV[14])
     if every > 0 and now - tonumber(rp[2] or '0') >= every then
       redis.call('HSET', rk, 'lat', ARGV[2], 'lng', ARGV[3], 'ts', ARGV[4], 'pushed', now)
       push = ride
@@ -179,7 +182,7 @@ func str(v any) string {
 }
 
 func (s *Store) pingKeys(driverID string) []string {
-	return []string{s.driverKey(driverID), s.hbKey(driverID), s.geoKey(), s.offerKey(driverID), s.DeadlinesKey()}
+	return []string{s.driverKey(driverID), s.hbKey(driverID), s.geoKey(), s.offerKey(driverID), s.DeadlinesKey(), s.onRideKey()}
 }
 
 func (s *Store) pingArgs(p Ping) []any {
@@ -203,7 +206,6 @@ func (s *Store) pingArgs(p Ping) []any {
 		s.prefix + "ridepos:",
 		s.RidePosTTL.Milliseconds(),
 		s.DriverStateTTL.Milliseconds(),
-		s.onRideKey(),
 		s.PositionPushInterval.Milliseconds(),
 	}
 }

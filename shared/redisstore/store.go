@@ -2,7 +2,9 @@
 // heartbeats, the GEO set of available drivers, offer locks and live ride positions. Everything here
 // may be lost; PostgreSQL stays the source of truth for rides and offers.
 //
-// Keys (all under the configured prefix P):
+// Keys (all under the configured prefix P; on a Redis Cluster P carries the city's hash tag, e.g.
+// "flagdown:{nyc}:", so every key below is in one slot and each script and pipeline runs on the
+// city's shard, see CheckPrefix):
 //
 //	P driver:{id}        hash: status, lat, lng, ts (ms of the last accepted ping), seen (ms of the
 //	                     last ping), heading, speed, ride (active ride id), epoch (assignment epoch of
@@ -48,7 +50,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -85,19 +89,117 @@ func New(rdb redis.UniversalClient, prefix string, heartbeatTTL time.Duration, m
 		DriverStateTTL: 24 * time.Hour, MissMemory: 30 * time.Minute, BatchWindow: 2 * time.Second}
 }
 
-// Open parses a redis:// URL and returns a connected client.
-func Open(ctx context.Context, url string) (*redis.Client, error) {
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("redisstore: parse REDIS_URL: %w", err)
+// ClusterScheme and ClusterTLSScheme are the REDIS_URL schemes naming a Redis Cluster (see Open).
+const (
+	ClusterScheme    = "redis+cluster"
+	ClusterTLSScheme = "rediss+cluster"
+)
+
+// Open parses REDIS_URL and returns a connected client: a *redis.Client for one server
+// (redis://[user:password@]host:port/db, rediss:// for TLS; go-redis ParseURL), or a
+// *redis.ClusterClient for a Redis Cluster
+// (redis+cluster://[user:password@]host:port?addr=host2:port2&addr=..., rediss+cluster:// for TLS;
+// go-redis ParseClusterURL: the seed nodes, from which the client learns every node; database 0
+// only, the one a cluster has). Each node gets a pool of 64 connections. A cluster needs a key
+// prefix with a hash tag (CheckPrefix).
+func Open(ctx context.Context, url string) (redis.UniversalClient, error) {
+	var rdb redis.UniversalClient
+	if rest, ok := cutScheme(url, ClusterScheme, ClusterTLSScheme); ok {
+		opt, err := redis.ParseClusterURL(rest)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: parse REDIS_URL (a Redis Cluster URL %s://host:port?addr=host:port...): %w", ClusterScheme, err)
+		}
+		if u, err := neturl.Parse(rest); err == nil && u.Path != "" && u.Path != "/" && u.Path != "/0" {
+			return nil, fmt.Errorf("redisstore: REDIS_URL names database %s of a Redis Cluster, which has only database 0", strings.TrimPrefix(u.Path, "/"))
+		}
+		opt.PoolSize = 64
+		rdb = redis.NewClusterClient(opt)
+	} else {
+		opt, err := redis.ParseURL(url)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: parse REDIS_URL: %w", err)
+		}
+		opt.PoolSize = 64
+		rdb = redis.NewClient(opt)
 	}
-	opt.PoolSize = 64
-	rdb := redis.NewClient(opt)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, fmt.Errorf("redisstore: connect %s: %w", opt.Addr, err)
+		return nil, fmt.Errorf("redisstore: connect %s: %w", Addr(rdb), err)
 	}
 	return rdb, nil
+}
+
+// cutScheme turns a URL of scheme cluster (or tls) into the same URL of scheme redis (rediss).
+func cutScheme(url, cluster, tls string) (string, bool) {
+	if rest, ok := strings.CutPrefix(url, cluster+"://"); ok {
+		return "redis://" + rest, true
+	}
+	if rest, ok := strings.CutPrefix(url, tls+"://"); ok {
+		return "rediss://" + rest, true
+	}
+	return url, false
+}
+
+// Addr names the server(s) of rdb for logs: host:port of one server, the seed nodes of a cluster
+// joined by commas.
+func Addr(rdb redis.UniversalClient) string {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().Addr
+	case *redis.ClusterClient:
+		return strings.Join(c.Options().Addrs, ",")
+	default:
+		return fmt.Sprintf("%T", rdb)
+	}
+}
+
+// HashTag returns the hash tag of a key prefix as Redis Cluster reads it: the text between the
+// prefix's first '{' and the first '}' after it, when not empty. Every key under a prefix with a
+// tag hashes to the tag's slot, so one script or pipeline of a city's keys runs on one shard; ""
+// when the prefix has no tag (the whole key is hashed).
+func HashTag(prefix string) string {
+	i := strings.IndexByte(prefix, '{')
+	if i < 0 {
+		return ""
+	}
+	j := strings.IndexByte(prefix[i+1:], '}')
+	if j <= 0 {
+		return ""
+	}
+	return prefix[i+1 : i+1+j]
+}
+
+// CheckPrefix refuses a key prefix without a hash tag (HashTag) on a Redis Cluster: flagdown's
+// scripts and pipelines touch several keys of a city at once, which a cluster allows only within
+// one slot. Any prefix suits a single server.
+func CheckPrefix(rdb redis.UniversalClient, prefix string) error {
+	if _, ok := rdb.(*redis.ClusterClient); !ok || HashTag(prefix) != "" {
+		return nil
+	}
+	return fmt.Errorf("redisstore: FLAGDOWN_REDIS_PREFIX %q must carry a hash tag on a Redis Cluster, e.g. %q: "+
+		"every key of a city must hash to one slot (one tag per city)", prefix, "flagdown:{nyc}:")
+}
+
+// nowScript reads the clock (TIME) of the shard holding KEYS[1], which it declares only so that a
+// cluster routes it there.
+var nowScript = redis.NewScript(`return redis.call('TIME')`)
+
+// Now returns Redis's clock on the server holding the store's keys (on a cluster, the shard of the
+// prefix's hash tag: the clock its scripts stamp deadlines with). Errors are CodeUnavailable.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	v, err := nowScript.Run(ctx, s.rdb, []string{s.DeadlinesKey()}).StringSlice()
+	if err != nil || len(v) != 2 {
+		if err == nil {
+			err = fmt.Errorf("TIME answered %v", v)
+		}
+		return time.Time{}, unavailable(err)
+	}
+	sec, err1 := strconv.ParseInt(v[0], 10, 64)
+	usec, err2 := strconv.ParseInt(v[1], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return time.Time{}, dispatch.Internal(err)
+	}
+	return time.Unix(sec, usec*1000), nil
 }
 
 // Client returns the underlying client.

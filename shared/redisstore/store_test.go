@@ -16,6 +16,11 @@ import (
 // The tests read a few keys directly, by the layout documented in store.go (P hb:{id}, P driver:{id},
 // P geo:available, P deadlines, P offer:{id}, P retry:{id}).
 
+// storeFunc returns a new store with keys of its own; the tests taking one run against a single
+// Redis (newStore) and a Redis Cluster (newClusterStore, cluster_test.go).
+type storeFunc = func(t *testing.T) *redisstore.Store
+
+// newStore returns a store over the Redis of REDIS_URL, under a prefix of its own.
 func newStore(t *testing.T) *redisstore.Store {
 	t.Helper()
 	rdb, prefix := testkit.Redis(t)
@@ -91,9 +96,9 @@ func near(p, q dispatch.Point) bool {
 // redisNow reads Redis's clock (TIME).
 func redisNow(t *testing.T, s *redisstore.Store) time.Time {
 	t.Helper()
-	now, err := s.Client().Time(context.Background()).Result()
+	now, err := s.Now(context.Background())
 	if err != nil {
-		t.Fatalf("TIME: %v", err)
+		t.Fatalf("Now: %v", err)
 	}
 	return now
 }
@@ -103,7 +108,9 @@ func liveOffer(id, ride string) dispatch.LiveOffer {
 		ExpiresAt: time.Date(2030, 1, 2, 3, 4, 5, 6000000, time.UTC)}
 }
 
-func TestOfferLock(t *testing.T) {
+func TestOfferLock(t *testing.T) { testOfferLock(t, newStore) }
+
+func testOfferLock(t *testing.T, newStore storeFunc) {
 	t.Parallel()
 	ctx := context.Background()
 
@@ -188,7 +195,9 @@ func TestOfferLock(t *testing.T) {
 }
 
 // LockOffer re-checks eligibility in the same atomic step as the lock.
-func TestLockOfferRechecksEligibility(t *testing.T) {
+func TestLockOfferRechecksEligibility(t *testing.T) { testLockOfferRechecksEligibility(t, newStore) }
+
+func testLockOfferRechecksEligibility(t *testing.T, newStore storeFunc) {
 	t.Parallel()
 	ctx := context.Background()
 	cases := []struct {
@@ -242,7 +251,9 @@ func TestLockOfferRechecksEligibility(t *testing.T) {
 }
 
 // ApplyAssignment is compare-and-set on the driver's epoch: Redis never goes backwards.
-func TestApplyAssignmentCompareAndSet(t *testing.T) {
+func TestApplyAssignmentCompareAndSet(t *testing.T) { testApplyAssignmentCompareAndSet(t, newStore) }
+
+func testApplyAssignmentCompareAndSet(t *testing.T, newStore storeFunc) {
 	t.Parallel()
 	s := newStore(t)
 	ctx := context.Background()
@@ -317,6 +328,10 @@ func TestApplyAssignmentCompareAndSet(t *testing.T) {
 
 // A driver on a ride who goes offline and comes back resumes his status (busy), not available.
 func TestDriverOnRideResumesHisStatusAfterGoingOffline(t *testing.T) {
+	testDriverOnRideResumesHisStatusAfterGoingOffline(t, newStore)
+}
+
+func testDriverOnRideResumesHisStatusAfterGoingOffline(t *testing.T, newStore storeFunc) {
 	t.Parallel()
 	ctx := context.Background()
 	at := time.Now()
@@ -364,6 +379,10 @@ func TestDriverOnRideResumesHisStatusAfterGoingOffline(t *testing.T) {
 
 // A ride's live position is written only by the driver it was handed to, by ride version.
 func TestRidePositionOnlyShowsTheRidesDriver(t *testing.T) {
+	testRidePositionOnlyShowsTheRidesDriver(t, newStore)
+}
+
+func testRidePositionOnlyShowsTheRidesDriver(t *testing.T, newStore storeFunc) {
 	t.Parallel()
 	ctx := context.Background()
 	posA1 := dispatch.Point{Lat: 40.7501, Lng: -73.9801}
@@ -474,6 +493,10 @@ func TestRidePositionOnlyShowsTheRidesDriver(t *testing.T) {
 
 // A ping not newer than the last accepted one only proves the driver alive.
 func TestStalePingOnlyRefreshesTheHeartbeat(t *testing.T) {
+	testStalePingOnlyRefreshesTheHeartbeat(t, newStore)
+}
+
+func testStalePingOnlyRefreshesTheHeartbeat(t *testing.T, newStore storeFunc) {
 	t.Parallel()
 	ctx := context.Background()
 	for _, c := range []struct {
@@ -520,7 +543,9 @@ func TestStalePingOnlyRefreshesTheHeartbeat(t *testing.T) {
 }
 
 // Deadlines are Redis's clock + TTL, never the ping's own time or the host's.
-func TestDeadlinesUseRedisClock(t *testing.T) {
+func TestDeadlinesUseRedisClock(t *testing.T) { testDeadlinesUseRedisClock(t, newStore) }
+
+func testDeadlinesUseRedisClock(t *testing.T, newStore storeFunc) {
 	t.Parallel()
 	ctx := context.Background()
 	checkDeadline := func(t *testing.T, s *redisstore.Store, member string, ttl time.Duration, before, after time.Time) {
@@ -565,6 +590,10 @@ func TestDeadlinesUseRedisClock(t *testing.T) {
 }
 
 func TestDriverHashExpiresDriverStateTTLAfterPing(t *testing.T) {
+	testDriverHashExpiresDriverStateTTLAfterPing(t, newStore)
+}
+
+func testDriverHashExpiresDriverStateTTLAfterPing(t *testing.T, newStore storeFunc) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
@@ -585,7 +614,9 @@ func TestDriverHashExpiresDriverStateTTLAfterPing(t *testing.T) {
 }
 
 // Apply applies every kind of effect and counts applied and stale assignments.
-func TestApplyEffects(t *testing.T) {
+func TestApplyEffects(t *testing.T) { testApplyEffects(t, newStore) }
+
+func testApplyEffects(t *testing.T, newStore storeFunc) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
@@ -676,6 +707,10 @@ func TestApplyEffects(t *testing.T) {
 // A ride's rider is due a position push at most once per PositionPushInterval, only for positions
 // of the ride's own driver, and never with the interval at 0.
 func TestPositionPushDueOncePerInterval(t *testing.T) {
+	testPositionPushDueOncePerInterval(t, newStore)
+}
+
+func testPositionPushDueOncePerInterval(t *testing.T, newStore storeFunc) {
 	t.Parallel()
 	s := newStore(t)
 	s.PositionPushInterval = 400 * time.Millisecond

@@ -57,7 +57,7 @@ func (s *Store) FiredKey() string { return FiredKeyFor(s.DeadlinesKey()) }
 // FiredKeyFor names the tombstone set of the deadlines set key dk. It shares dk's hash slot (dk's
 // own hash tag, or {dk}), so one script can move an entry between them in Redis Cluster too.
 func FiredKeyFor(dk string) string {
-	if i := strings.IndexByte(dk, '{'); i >= 0 && strings.IndexByte(dk[i+1:], '}') > 0 {
+	if HashTag(dk) != "" {
 		return dk + ":fired"
 	}
 	return "{" + dk + "}:fired"
