@@ -62,6 +62,11 @@ SIGINT/SIGTERM.`,
 				cfg.Addr = addr
 			}
 			log := app.NewLogger(cfg)
+			stopTracing, err := startTracing(cmd.Context(), "flagdown-dev", log)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			p, err := startPlatformOn(cmd.Context(), cfg, natsDir, natsPort, log)
 			if err != nil {
 				return err

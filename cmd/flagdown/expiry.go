@@ -31,6 +31,11 @@ flagdown dev runs one itself. Stops gracefully on SIGINT/SIGTERM.`,
 			}
 			log := app.NewLogger(cfg)
 			ctx := cmd.Context()
+			stopTracing, err := startTracing(ctx, "flagdown-expiry-source", log)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			rdb, err := redisstore.Open(ctx, cfg.RedisURL)
 			if err != nil {
 				return err

@@ -34,6 +34,11 @@ its N-th published event, before marking it.`,
 			}
 			log := app.NewLogger(cfg)
 			ctx := cmd.Context()
+			stopTracing, err := startTracing(ctx, "flagdown-relay", log)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			db, err := pgstore.Open(ctx, cfg.DatabaseURL, cfg.DatabaseSchema)
 			if err != nil {
 				return err
