@@ -108,11 +108,12 @@ type Shutdown func(context.Context) error
 
 // Setup installs the process's tracer provider and propagator from the OTEL_* environment, with
 // service as the default service.name (OTEL_SERVICE_NAME wins). Off (Enabled false) it installs
-// nothing and returns a no-op Shutdown. On, it returns the provider's Shutdown, which the process
-// must call before it exits so that buffered spans are sent. A setting it cannot honour is an error
-// naming the variable, and nothing is installed.
+// the no-op provider and no propagator (Use(nil)) and returns a no-op Shutdown. On, it returns the
+// provider's Shutdown, which the process must call before it exits so that buffered spans are
+// sent. A setting it cannot honour is an error naming the variable, and nothing is installed.
 func Setup(ctx context.Context, service string) (Shutdown, error) {
 	if !Enabled(os.Getenv) {
+		Use(nil)
 		return func(context.Context) error { return nil }, nil
 	}
 	if err := check(os.Getenv); err != nil {
