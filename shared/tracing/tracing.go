@@ -83,8 +83,13 @@ func Enabled(getenv func(string) string) bool {
 }
 
 // check refuses settings Setup cannot honour, naming the variable: an exporter other than otlp or
-// none, a protocol other than http/protobuf.
+// none, a protocol other than http/protobuf. Nothing is refused when OTEL_SDK_DISABLED is true or
+// OTEL_TRACES_EXPORTER is none (tracing is off whatever the rest says).
 func check(getenv func(string) string) error {
+	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") ||
+		strings.EqualFold(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")), "none") {
+		return nil
+	}
 	if v := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER"))); v != "" && v != "otlp" && v != "none" {
 		return fmt.Errorf("tracing: OTEL_TRACES_EXPORTER must be otlp or none, got %q", v)
 	}
@@ -110,14 +115,15 @@ type Shutdown func(context.Context) error
 // service as the default service.name (OTEL_SERVICE_NAME wins). Off (Enabled false) it installs
 // the no-op provider and no propagator (Use(nil)) and returns a no-op Shutdown. On, it returns the
 // provider's Shutdown, which the process must call before it exits so that buffered spans are
-// sent. A setting it cannot honour is an error naming the variable, and nothing is installed.
+// sent. A setting it cannot honour (check) is an error naming the variable, and nothing is
+// installed.
 func Setup(ctx context.Context, service string) (Shutdown, error) {
+	if err := check(os.Getenv); err != nil {
+		return nil, err
+	}
 	if !Enabled(os.Getenv) {
 		Use(nil)
 		return func(context.Context) error { return nil }, nil
-	}
-	if err := check(os.Getenv); err != nil {
-		return nil, err
 	}
 	exp, err := otlptracehttp.New(ctx)
 	if err != nil {
