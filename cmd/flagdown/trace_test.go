@@ -138,7 +138,7 @@ func TestTraceFollowsARideFromOrderCreateToTheOffer(t *testing.T) {
 		t.Errorf("order-create span has parent %s; want a root (the request carried no traceparent)", root.Parent.SpanID())
 	}
 	parentOf := map[string]string{
-		"send " + events.RideRequested: "order-create",
+		"send " + events.RideRequested:                      "order-create",
 		"receive " + p.broker.Subject(events.RideRequested): "send " + events.RideRequested,
 		"process " + events.RideRequested:                   "match",
 		"match ride":                                        "process " + events.RideRequested,
