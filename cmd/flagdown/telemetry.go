@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"time"
 
+	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/tracing"
 )
 
@@ -24,3 +29,42 @@ func startTracing(ctx context.Context, service string, log *slog.Logger) (stop f
 		}
 	}, nil
 }
+
+// serveMetrics serves GET /metrics (shared/metrics: the process's families, e.g. the relay's
+// flagdown_outbox_published_total, and the Go runtime's) and GET /healthz on addr until stop is
+// called, for the long-running Deployments (relay, expiry source) whose pods Prometheus scrapes.
+// An empty addr serves nothing. It fails when addr cannot be listened on.
+func serveMetrics(addr string, log *slog.Logger) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics.Handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 120 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "addr", addr, "err", err)
+		}
+	}()
+	log.Info("serving metrics", "addr", ln.Addr().String(), "path", "/metrics")
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
+}
+
+// metricsAddrUsage is the help of the --metrics-addr flag of the long-running commands.
+const metricsAddrUsage = "serve GET /metrics (Prometheus) and GET /healthz on this address, e.g. :9090 (the manifests' scrape annotations name it); empty: none"
