@@ -38,7 +38,7 @@ Prometheus metrics; traces go to the OTLP endpoint of the OTEL_* environment whe
 				return err
 			}
 			defer stopTracing()
-			stopMetrics, err := serveMetrics(metricsAddr, log)
+			_, stopMetrics, err := serveMetrics(metricsAddr, log)
 			if err != nil {
 				return err
 			}

@@ -42,7 +42,7 @@ environment when one is set.`,
 				return err
 			}
 			defer stopTracing()
-			stopMetrics, err := serveMetrics(metricsAddr, log)
+			_, stopMetrics, err := serveMetrics(metricsAddr, log)
 			if err != nil {
 				return err
 			}

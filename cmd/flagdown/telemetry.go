@@ -33,14 +33,15 @@ func startTracing(ctx context.Context, service string, log *slog.Logger) (stop f
 // serveMetrics serves GET /metrics (shared/metrics: the process's families, e.g. the relay's
 // flagdown_outbox_published_total, and the Go runtime's) and GET /healthz on addr until stop is
 // called, for the long-running Deployments (relay, expiry source) whose pods Prometheus scrapes.
-// An empty addr serves nothing. It fails when addr cannot be listened on.
-func serveMetrics(addr string, log *slog.Logger) (stop func(), err error) {
+// It returns the address listened on (addr with the port chosen for port 0). An empty addr serves
+// nothing. It fails when addr cannot be listened on.
+func serveMetrics(addr string, log *slog.Logger) (bound string, stop func(), err error) {
 	if addr == "" {
-		return func() {}, nil
+		return "", func() {}, nil
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
+		return "", nil, fmt.Errorf("metrics: listen on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics.Handler())
@@ -58,7 +59,7 @@ func serveMetrics(addr string, log *slog.Logger) (stop func(), err error) {
 		}
 	}()
 	log.Info("serving metrics", "addr", ln.Addr().String(), "path", "/metrics")
-	return func() {
+	return ln.Addr().String(), func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
