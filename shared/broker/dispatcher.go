@@ -399,7 +399,10 @@ func (r *runner) handle(ctx context.Context, it item) {
 	// to the function unchanged as ce-traceparent); the request's traceparent header names this
 	// span, so the function's spans nest under it.
 	spanCtx, span, traceHeaders := tracing.StartDeliver(ctx, it.ev, it.msg.Subject(), ConsumerName(r.t.Name), attempt)
-	sendCtx, cancel := context.WithTimeout(cehttp.WithCustomHeader(spanCtx, traceHeaders), d.deliveryTimeout)
+	if traceHeaders != nil {
+		spanCtx = cehttp.WithCustomHeader(spanCtx, traceHeaders)
+	}
+	sendCtx, cancel := context.WithTimeout(spanCtx, d.deliveryTimeout)
 	res := r.ce.Send(sendCtx, it.ev)
 	cancel()
 	status := 0

@@ -194,7 +194,10 @@ func Instrument(function string, h http.Handler) http.Handler {
 			metrics.HTTPRequests.WithLabelValues(function, code).Inc()
 			metrics.HTTPDuration.WithLabelValues(function, code).Observe(metrics.Since(start))
 		}()
-		h.ServeHTTP(sw, r.WithContext(ctx))
+		if ctx != r.Context() {
+			r = r.WithContext(ctx)
+		}
+		h.ServeHTTP(sw, r)
 	})
 }
 

@@ -68,6 +68,10 @@ func EventAttributes(e event.Event) []attribute.KeyValue {
 // and sets e's trace context extension attributes to it (InjectEvent). End it with End once the
 // broker answered.
 func StartPublish(ctx context.Context, e *event.Event) (context.Context, trace.Span) {
+	if !On() {
+		InjectEvent(ctx, e)
+		return ctx, offSpan
+	}
 	ctx, span := Start(ctx, "send "+e.Type(), trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(semconv.MessagingSystemKey.String(MessagingSystem),
 			semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("publish"),
@@ -80,9 +84,12 @@ func StartPublish(ctx context.Context, e *event.Event) (context.Context, trace.S
 // StartDeliver starts the span of a trigger delivering e to its function (OpenTelemetry messaging
 // conventions: a consumer span, operation type receive, named "receive <subject>" after the NATS
 // subject, consumer group the trigger's consumer), as a child of the span e's traceparent names, and
-// returns the headers that carry that span to the function (traceparent, tracestate; none when
+// returns the headers that carry that span to the function (traceparent, tracestate; nil when
 // tracing is off). attempt is the delivery attempt, from 1.
 func StartDeliver(ctx context.Context, e event.Event, subject, consumer string, attempt int) (context.Context, trace.Span, http.Header) {
+	if !On() {
+		return ctx, offSpan, nil
+	}
 	if sc := EventContext(e); sc.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 	}
@@ -104,6 +111,9 @@ func StartDeliver(ctx context.Context, e event.Event, subject, consumer string, 
 // names, with a link to ctx's span, so the trace continues from the event's producer whatever the
 // broker in between did. An event without a valid traceparent is processed under ctx's span.
 func StartProcess(ctx context.Context, function string, e event.Event) (context.Context, trace.Span) {
+	if !On() {
+		return ctx, offSpan
+	}
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(semconv.MessagingSystemKey.String(MessagingSystem),
 			semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"),
@@ -124,7 +134,7 @@ func StartProcess(ctx context.Context, function string, e event.Event) (context.
 // EndDeliver records on span the HTTP status the function answered (0: no answer) and the
 // delivery's failure (nil when the function acknowledged the event), and ends it.
 func EndDeliver(span trace.Span, status int, err error) {
-	if status > 0 {
+	if status > 0 && span.IsRecording() {
 		span.SetAttributes(semconv.HTTPResponseStatusCode(status))
 	}
 	End(span, err)

@@ -14,6 +14,9 @@ import (
 // (OpenTelemetry FaaS conventions: faas.trigger http), continuing the trace of r's traceparent and
 // tracestate headers when it has them. End it with EndServer.
 func StartServer(r *http.Request, function string) (context.Context, trace.Span) {
+	if !On() {
+		return r.Context(), offSpan
+	}
 	ctx := ExtractHTTP(r.Context(), r.Header)
 	return Start(ctx, function, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(semconv.FaaSTriggerHTTP, semconv.FaaSInvokedName(function),
@@ -23,6 +26,10 @@ func StartServer(r *http.Request, function string) (context.Context, trace.Span)
 // EndServer records the HTTP status the function answered on span (a 5xx is an error, as the HTTP
 // conventions say of server spans) and ends it.
 func EndServer(span trace.Span, status int) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
 	span.SetAttributes(semconv.HTTPResponseStatusCode(status))
 	if status >= 500 {
 		span.SetStatus(codes.Error, strconv.Itoa(status)+" "+http.StatusText(status))

@@ -28,6 +28,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -147,13 +148,27 @@ func Setup(ctx context.Context, service string) (Shutdown, error) {
 // a provider over an in-memory exporter.
 func Use(tp trace.TracerProvider) {
 	if tp == nil {
+		on.Store(false)
 		otel.SetTracerProvider(noop.NewTracerProvider())
 		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
 		return
 	}
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.TraceContext{})
+	on.Store(true)
 }
+
+// on says whether Use installed a provider: while it is false the span helpers of this package
+// (StartServer, StartPublish, ...) return offSpan without building a span or its attributes.
+var on atomic.Bool
+
+// offSpan is the span the helpers return while tracing is off: it records nothing, and holding it
+// in an interface once costs no allocation per call.
+var offSpan trace.Span = noop.Span{}
+
+// On reports whether a tracer provider is installed (Setup turned tracing on, or a test called
+// Use with a provider).
+func On() bool { return on.Load() }
 
 // Tracer returns flagdown's tracer from the installed provider. It is looked up on each call (a
 // map read) so that a provider installed later is used.
@@ -166,7 +181,7 @@ func Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (con
 
 // End records err on span (status Error, an exception event) when it is not nil, then ends it.
 func End(span trace.Span, err error) {
-	if err != nil {
+	if err != nil && span.IsRecording() {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
