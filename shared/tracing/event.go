@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/cloudevents/sdk-go/v2/event"
 	"go.opentelemetry.io/otel/attribute"
@@ -12,9 +13,29 @@ import (
 	"github.com/flagdown/flagdown/events"
 )
 
-// MessagingSystem is the messaging.system of flagdown's spans: the broker is NATS JetStream, or a
-// Knative Broker in front of the same CloudEvents.
-const MessagingSystem = "nats"
+// Values of messaging.system on flagdown's spans.
+const (
+	// SystemNATS: NATS JetStream (flagdown dev, OpenFaaS), the default.
+	SystemNATS = "nats"
+	// SystemKnative: a Knative Broker (the relay and the expiry source publish to K_SINK).
+	SystemKnative = "knative"
+)
+
+// publishSystem is the messaging.system of the publish spans, set once at start (SetPublishSystem).
+var publishSystem atomic.Value
+
+// SetPublishSystem names the broker this process publishes to (SystemNATS, SystemKnative) for the
+// messaging.system of its publish spans; the default is SystemNATS. Call it at start, before
+// publishing.
+func SetPublishSystem(system string) { publishSystem.Store(system) }
+
+// publishTo returns the messaging.system of publish spans.
+func publishTo() string {
+	if s, ok := publishSystem.Load().(string); ok {
+		return s
+	}
+	return SystemNATS
+}
 
 // InjectEvent sets e's traceparent and tracestate extension attributes (the CloudEvents distributed
 // tracing extension) to ctx's trace context, replacing any earlier ones; with tracing off or no
@@ -73,7 +94,7 @@ func StartPublish(ctx context.Context, e *event.Event) (context.Context, trace.S
 		return ctx, offSpan
 	}
 	ctx, span := Start(ctx, "send "+e.Type(), trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(semconv.MessagingSystemKey.String(MessagingSystem),
+		trace.WithAttributes(semconv.MessagingSystemKey.String(publishTo()),
 			semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("publish"),
 			semconv.MessagingDestinationName(e.Type())),
 		trace.WithAttributes(EventAttributes(*e)...))
@@ -94,7 +115,7 @@ func StartDeliver(ctx context.Context, e event.Event, subject, consumer string, 
 		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 	}
 	ctx, span := Start(ctx, "receive "+subject, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(semconv.MessagingSystemKey.String(MessagingSystem),
+		trace.WithAttributes(semconv.MessagingSystemKey.String(SystemNATS),
 			semconv.MessagingOperationTypeReceive, semconv.MessagingOperationName("deliver"),
 			semconv.MessagingDestinationName(subject), semconv.MessagingConsumerGroupName(consumer),
 			DeliveryAttemptKey.Int(attempt)),
@@ -115,7 +136,7 @@ func StartProcess(ctx context.Context, function string, e event.Event) (context.
 		return ctx, offSpan
 	}
 	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(semconv.MessagingSystemKey.String(MessagingSystem),
+		trace.WithAttributes(semconv.MessagingSystemKey.String(SystemNATS),
 			semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"),
 			semconv.MessagingDestinationName(e.Type()), semconv.MessagingConsumerGroupName(function)),
 		trace.WithAttributes(EventAttributes(e)...)}

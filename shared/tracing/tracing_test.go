@@ -286,3 +286,27 @@ func TestUseNilRestoresTheNoopProvider(t *testing.T) {
 		t.Errorf("propagator fields %v after Use(nil); want none", f)
 	}
 }
+
+// TestPublishSystem: publish spans name the broker SetPublishSystem set, nats by default.
+func TestPublishSystem(t *testing.T) {
+	exp := memory(t)
+	t.Cleanup(func() { tracing.SetPublishSystem(tracing.SystemNATS) })
+	for _, want := range []string{tracing.SystemNATS, tracing.SystemKnative} {
+		if want != tracing.SystemNATS {
+			tracing.SetPublishSystem(want)
+		}
+		exp.Reset()
+		e := newEvent(t)
+		_, span := tracing.StartPublish(context.Background(), &e)
+		span.End()
+		got := ""
+		for _, kv := range exp.GetSpans()[0].Attributes {
+			if kv.Key == "messaging.system" {
+				got = kv.Value.AsString()
+			}
+		}
+		if got != want {
+			t.Errorf("messaging.system = %q; want %q", got, want)
+		}
+	}
+}
