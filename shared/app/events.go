@@ -57,7 +57,9 @@ func EventHandler(d *Deps, function string, accepts []string, fn EventFunc) http
 		}
 		ctx, span := tracing.StartProcess(r.Context(), function, e)
 		outcome, err := fn(ctx, e)
-		span.SetAttributes(tracing.OutcomeKey.String(outcome))
+		if span.IsRecording() {
+			span.SetAttributes(tracing.OutcomeKey.String(outcome))
+		}
 		tracing.End(span, err)
 		if err != nil {
 			httpx.WriteError(w, r, d.Log, err)

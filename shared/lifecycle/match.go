@@ -68,7 +68,9 @@ type Pick func(ctx context.Context, ride *dispatch.Ride, excluded map[string]boo
 func (s *Service) Match(ctx context.Context, rideID string, ev *EventRef, pick Pick) (outcome string, err error) {
 	ctx, span := tracing.Start(ctx, "match ride", trace.WithAttributes(tracing.RideIDKey.String(rideID)))
 	defer func() {
-		span.SetAttributes(tracing.OutcomeKey.String(outcome))
+		if span.IsRecording() {
+			span.SetAttributes(tracing.OutcomeKey.String(outcome))
+		}
 		tracing.End(span, err)
 	}()
 	c := s.d.Config

@@ -6,9 +6,9 @@
 // Tracing is off by default. Setup turns it on only when OTEL_TRACES_EXPORTER is otlp, or
 // OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set (and
 // OTEL_TRACES_EXPORTER is not none); OTEL_SDK_DISABLED=true always turns it off (Enabled). Off, the
-// global provider stays OpenTelemetry's no-op one and no propagator is installed: spans cost a
-// context lookup, nothing is exported, and no traceparent is written to outbox rows, events or
-// requests (an incoming one is ignored).
+// no-op provider is installed with no propagator: the span helpers return one shared no-op span
+// without building a span or its attributes, nothing is exported, and no traceparent is written
+// to outbox rows, events or requests (an incoming one is ignored).
 //
 // On, spans go through a batch span processor (OTEL_BSP_*) to the OTLP/HTTP exporter, which reads
 // OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, _HEADERS, _TIMEOUT, _COMPRESSION, _CERTIFICATE and _INSECURE
@@ -174,8 +174,12 @@ func On() bool { return on.Load() }
 // map read) so that a provider installed later is used.
 func Tracer() trace.Tracer { return otel.GetTracerProvider().Tracer(ScopeName) }
 
-// Start starts a span called name as a child of ctx's span (a root span when there is none).
+// Start starts a span called name as a child of ctx's span (a root span when there is none); with
+// tracing off it returns ctx and the shared no-op span.
 func Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if !On() {
+		return ctx, offSpan
+	}
 	return Tracer().Start(ctx, name, opts...)
 }
 
