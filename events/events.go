@@ -10,6 +10,7 @@
 package events
 
 import (
+	"strings"
 	"time"
 )
 
@@ -76,6 +77,26 @@ var Types = map[string]string{
 
 // Known reports whether t is a flagdown event type.
 func Known(t string) bool { _, ok := Types[t]; return ok }
+
+// What an event's subject names, by its type (SubjectOf).
+const (
+	// SubjectRide: the subject of a ride event (io.flagdown.ride.*) is the ride id.
+	SubjectRide = "ride"
+	// SubjectDriver: the subject of a driver event (io.flagdown.driver.*) is the driver id.
+	SubjectDriver = "driver"
+)
+
+// SubjectOf says what the subject of an event of type eventType names: SubjectRide,
+// SubjectDriver, or "" for other events (a Redis key, a batch window).
+func SubjectOf(eventType string) string {
+	switch {
+	case strings.HasPrefix(eventType, "io.flagdown.ride."):
+		return SubjectRide
+	case strings.HasPrefix(eventType, "io.flagdown.driver."):
+		return SubjectDriver
+	}
+	return ""
+}
 
 // Point is a WGS84 position in degrees, latitude first.
 type Point struct {

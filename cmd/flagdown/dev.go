@@ -51,7 +51,8 @@ authorizes its calls with FLAGDOWN_INTERNAL_SECRET, a random one for the run whe
 It also runs a local AWS API Gateway WebSocket API: phones connect to ws://<addr>/ws, functions push
 through its management API at http://<addr>/local/@connections/ (FLAGDOWN_PUSH_ENDPOINT when unset),
 signed with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (a random pair for the run when unset), and its
-routes call the notify function's /function/notify/{connect,message,disconnect}. Stops gracefully on
+routes call the notify function's /function/notify/{connect,message,disconnect}. Traces go to the
+OTLP endpoint of the OTEL_* environment when one is set (off by default). Stops gracefully on
 SIGINT/SIGTERM.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load()
@@ -62,6 +63,11 @@ SIGINT/SIGTERM.`,
 				cfg.Addr = addr
 			}
 			log := app.NewLogger(cfg)
+			stopTracing, err := startTracing(cmd.Context(), "flagdown-dev", log)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
 			p, err := startPlatformOn(cmd.Context(), cfg, natsDir, natsPort, log)
 			if err != nil {
 				return err

@@ -11,6 +11,7 @@ import (
 
 func newExpirySourceCmd() *cobra.Command {
 	var configured bool
+	var metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "expiry-source",
 		Short: "Publish the expiry of heartbeats, offer locks and retry timers as events (Redis → broker)",
@@ -19,7 +20,8 @@ unless --notifications-configured) and sweeps the deadline set every FLAGDOWN_EX
 publishing one io.flagdown.redis.key.expired.v1 event per expired timed key to the Knative Broker at
 K_SINK, or else the NATS broker at NATS_URL.
 Several copies may run at once: event ids are deterministic, so each expiry has one effect.
-flagdown dev runs one itself. Stops gracefully on SIGINT/SIGTERM.`,
+flagdown dev runs one itself. Stops gracefully on SIGINT/SIGTERM. --metrics-addr serves its
+Prometheus metrics; traces go to the OTLP endpoint of the OTEL_* environment when one is set.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load()
 			if err != nil {
@@ -31,6 +33,16 @@ flagdown dev runs one itself. Stops gracefully on SIGINT/SIGTERM.`,
 			}
 			log := app.NewLogger(cfg)
 			ctx := cmd.Context()
+			stopTracing, err := startTracing(ctx, "flagdown-expiry-source", log)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
+			_, stopMetrics, err := serveMetrics(metricsAddr, log)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
 			rdb, err := redisstore.Open(ctx, cfg.RedisURL)
 			if err != nil {
 				return err
@@ -55,5 +67,6 @@ flagdown dev runs one itself. Stops gracefully on SIGINT/SIGTERM.`,
 	}
 	cmd.Flags().BoolVar(&configured, "notifications-configured", false,
 		"notify-keyspace-events (including Ex) is set by the provider: do not CONFIG GET/SET it")
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", metricsAddrUsage)
 	return cmd
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/internalauth"
+	"github.com/flagdown/flagdown/shared/tracing"
 )
 
 // errNoBroker: the long-running parts publish to a running broker; they do not embed one.
@@ -15,9 +16,11 @@ var errNoBroker = errors.New("set K_SINK (a Knative Broker's ingress) or NATS_UR
 
 // eventPublisher returns where the relay and the expiry source publish: the CloudEvents HTTP sink
 // at K_SINK when set (Knative), otherwise the NATS JetStream broker at NATS_URL (OpenFaaS, flagdown
-// dev). It also returns a close function and a description for logs.
+// dev). It also returns a close function and a description for logs. It names the broker in the
+// publish spans' messaging.system (tracing.SetPublishSystem).
 func eventPublisher(ctx context.Context, cfg *config.Config) (broker.PublishFunc, func(), string, error) {
 	if cfg.EventSink != "" {
+		tracing.SetPublishSystem(tracing.SystemKnative)
 		p, err := broker.HTTPSink(cfg.EventSink, nil)
 		return p, func() {}, "sink " + cfg.EventSink, err
 	}

@@ -14,7 +14,8 @@ import (
 )
 
 func newRelayCmd() *cobra.Command {
-	return &cobra.Command{
+	var metricsAddr string
+	cmd := &cobra.Command{
 		Use:   "relay",
 		Short: "Run the outbox relay alone: publish outbox rows to the broker (K_SINK or NATS_URL)",
 		Long: `Publishes the events transactions wrote to the outbox table to the Knative Broker at K_SINK, or
@@ -22,7 +23,9 @@ else the NATS JetStream broker at NATS_URL, in commit order per ride, and marks 
 polling fallback (FLAGDOWN_RELAY_POLL_INTERVAL). Several copies may run at once. flagdown dev runs
 one itself; this command is for deployments where the relay is its own Deployment.
 FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH=N (chaos runs only) makes it exit with status 86 after
-its N-th published event, before marking it.`,
+its N-th published event, before marking it. --metrics-addr serves its Prometheus metrics
+(flagdown_outbox_published_total, the Go runtime's); traces go to the OTLP endpoint of the OTEL_*
+environment when one is set.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := config.Load()
 			if err != nil {
@@ -34,6 +37,16 @@ its N-th published event, before marking it.`,
 			}
 			log := app.NewLogger(cfg)
 			ctx := cmd.Context()
+			stopTracing, err := startTracing(ctx, "flagdown-relay", log)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
+			_, stopMetrics, err := serveMetrics(metricsAddr, log)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
 			db, err := pgstore.Open(ctx, cfg.DatabaseURL, cfg.DatabaseSchema)
 			if err != nil {
 				return err
@@ -56,6 +69,8 @@ its N-th published event, before marking it.`,
 			return err
 		},
 	}
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", metricsAddrUsage)
+	return cmd
 }
 
 // exitAfterPublish is the relay's FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH hook (chaos runs only): at

@@ -46,7 +46,7 @@ type Function struct {
 // New returns the function over d.
 func New(d *app.Deps) *Function {
 	f := &Function{d: d, lc: lifecycle.New(d, Source)}
-	f.h = app.EventHandler(d, events.TypesFor("expiry-notification"), f.Handle)
+	f.h = app.EventHandler(d, Consumer, events.TypesFor("expiry-notification"), f.Handle)
 	return f
 }
 

@@ -72,7 +72,7 @@ func New(d *app.Deps) *Function {
 		RatingBonusM: c.ScoreRatingBonusM, DefaultRating: c.DefaultRating,
 		MissPenaltyM: c.ScoreMissPenaltyM, MissMemory: c.MissMemory,
 	}}
-	f.h = app.EventHandler(d, Triggers, f.Handle)
+	f.h = app.EventHandler(d, Consumer, Triggers, f.Handle)
 	return f
 }
 

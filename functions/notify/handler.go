@@ -76,7 +76,7 @@ type Function struct {
 // New returns the function over d.
 func New(d *app.Deps) *Function {
 	f := &Function{d: d, p: d.Push(), mux: http.NewServeMux()}
-	f.mux.Handle("/{$}", app.EventHandler(d, Triggers, f.Handle))
+	f.mux.Handle("/{$}", app.EventHandler(d, "notify", Triggers, f.Handle))
 	f.mux.Handle("/connect", f.internal(f.connect))
 	f.mux.Handle("/disconnect", f.internal(f.disconnect))
 	f.mux.Handle("/message", f.internal(f.message))

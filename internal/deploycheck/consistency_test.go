@@ -690,3 +690,43 @@ func TestWorkflowReferences(t *testing.T) {
 		t.Errorf("workflow must run make test before faas-cli")
 	}
 }
+
+// TestLongRunningPartsServeMetrics: the relay and expiry-source Deployments are scraped, and their
+// prometheus.io annotations name the port their --metrics-addr serves and the container exposes.
+func TestLongRunningPartsServeMetrics(t *testing.T) {
+	r := load(t)
+	for dir, ms := range map[string][]deploycheck.Manifest{"deploy/knative": r.knative, "deploy/openfaas": r.openfaas} {
+		deps := r.byKind(ms, "Deployment")
+		for _, name := range []string{"flagdown-relay", "flagdown-expiry-source"} {
+			m, ok := deps[name]
+			if !ok {
+				t.Errorf("%s: no Deployment %s", dir, name)
+				continue
+			}
+			ann, _ := deploycheck.Get(m.Object, "spec", "template", "metadata", "annotations").(map[string]any)
+			port := fmt.Sprint(ann["prometheus.io/port"])
+			if fmt.Sprint(ann["prometheus.io/scrape"]) != "true" || fmt.Sprint(ann["prometheus.io/path"]) != "/metrics" || port == "" {
+				t.Errorf("%s %s: pod annotations %v; want prometheus.io/scrape \"true\", port, path /metrics", m.File, name, ann)
+				continue
+			}
+			cs := podContainers(m)
+			if len(cs) != 1 {
+				t.Errorf("%s %s: %d containers, want 1", m.File, name, len(cs))
+				continue
+			}
+			args := fmt.Sprint(deploycheck.List(cs[0], "args"))
+			if !strings.Contains(args, "--metrics-addr=:"+port) {
+				t.Errorf("%s %s: args %s lack --metrics-addr=:%s", m.File, name, args, port)
+			}
+			exposed := false
+			for _, p := range deploycheck.List(cs[0], "ports") {
+				if fmt.Sprint(deploycheck.Get(p, "containerPort")) == port {
+					exposed = true
+				}
+			}
+			if !exposed {
+				t.Errorf("%s %s: no containerPort %s", m.File, name, port)
+			}
+		}
+	}
+}

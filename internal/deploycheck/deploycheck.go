@@ -198,12 +198,13 @@ func FunctionNames(root string) ([]string, error) {
 var (
 	envTagRE      = regexp.MustCompile("env:\"([A-Z][A-Z0-9_]*)\"")
 	envCallRE     = regexp.MustCompile(`(?:Getenv|LookupEnv|Setenv)\("([A-Za-z][A-Za-z0-9_]*)"\)`)
-	flagdownLitRE = regexp.MustCompile(`"(FLAGDOWN_[A-Z0-9_]+)"`)
+	flagdownLitRE = regexp.MustCompile(`"((?:FLAGDOWN|OTEL)_[A-Z0-9_]+)"`)
 )
 
 // EnvVarsRead returns every environment variable the Go code under dirs (relative to root) reads,
 // test files excluded, mapped to the files that mention it: struct tags env:"NAME" (shared/config),
-// os.Getenv/LookupEnv("NAME") calls, and "FLAGDOWN_..." string literals (variables looked up in a map).
+// os.Getenv/LookupEnv("NAME") calls, and "FLAGDOWN_..." and "OTEL_..." string literals (variables
+// looked up in a map or through a getenv function, as shared/tracing decides whether to trace).
 func EnvVarsRead(root string, dirs ...string) (map[string][]string, error) {
 	out := map[string][]string{}
 	for _, d := range dirs {

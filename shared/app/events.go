@@ -13,19 +13,22 @@ import (
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/logging"
+	"github.com/flagdown/flagdown/shared/tracing"
 )
 
 // EventFunc handles one decoded, validated CloudEvent and returns a short outcome for the answer
 // body (e.g. "offered", "duplicate"). It must be idempotent on (source, id).
 type EventFunc func(ctx context.Context, e event.Event) (string, error)
 
-// EventHandler is the HTTP edge of a function triggered by events: it decodes the request
-// (CloudEvents binary or structured mode), refuses an event without a valid internal signature
-// (d.Internal().Verify: 401 unauthenticated, or 503 when no FLAGDOWN_INTERNAL_SECRET is
+// EventHandler is the HTTP edge of the function called function, triggered by events: it decodes
+// the request (CloudEvents binary or structured mode), refuses an event without a valid internal
+// signature (d.Internal().Verify: 401 unauthenticated, or 503 when no FLAGDOWN_INTERNAL_SECRET is
 // configured) before fn can record anything in processed_events, rejects types outside accepts
-// with 400, calls fn and answers 200 {"outcome": ...}. Errors map through the one status table, so
-// a trigger retries 5xx (unavailable, internal) and dead-letters 4xx, a forged event at once.
-func EventHandler(d *Deps, accepts []string, fn EventFunc) http.Handler {
+// with 400, calls fn in a "process <type>" span that continues the trace of the event's
+// traceparent (tracing.StartProcess) and answers 200 {"outcome": ...}. Errors map through the one
+// status table, so a trigger retries 5xx (unavailable, internal) and dead-letters 4xx, a forged
+// event at once.
+func EventHandler(d *Deps, function string, accepts []string, fn EventFunc) http.Handler {
 	ok := map[string]bool{}
 	for _, t := range accepts {
 		ok[t] = true
@@ -52,7 +55,12 @@ func EventHandler(d *Deps, accepts []string, fn EventFunc) http.Handler {
 			httpx.WriteError(w, r, d.Log, dispatch.Invalid("type", fmt.Sprintf("must be one of %s for this function", strings.Join(list, ", "))))
 			return
 		}
-		outcome, err := fn(r.Context(), e)
+		ctx, span := tracing.StartProcess(r.Context(), function, e)
+		outcome, err := fn(ctx, e)
+		if span.IsRecording() {
+			span.SetAttributes(tracing.OutcomeKey.String(outcome))
+		}
+		tracing.End(span, err)
 		if err != nil {
 			httpx.WriteError(w, r, d.Log, err)
 			return

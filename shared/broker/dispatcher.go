@@ -26,6 +26,7 @@ import (
 
 	"github.com/flagdown/flagdown/shared/logging"
 	"github.com/flagdown/flagdown/shared/metrics"
+	"github.com/flagdown/flagdown/shared/tracing"
 )
 
 // Dead-letter message headers. A dead-lettered message carries the original structured event as its
@@ -394,7 +395,14 @@ func (r *runner) handle(ctx context.Context, it item) {
 		return
 	}
 
-	sendCtx, cancel := context.WithTimeout(ctx, d.deliveryTimeout)
+	// The delivery is a span continuing the event's trace (its traceparent attribute, which goes
+	// to the function unchanged as ce-traceparent); the request's traceparent header names this
+	// span, so the function's spans nest under it.
+	spanCtx, span, traceHeaders := tracing.StartDeliver(ctx, it.ev, it.msg.Subject(), ConsumerName(r.t.Name), attempt)
+	if traceHeaders != nil {
+		spanCtx = cehttp.WithCustomHeader(spanCtx, traceHeaders)
+	}
+	sendCtx, cancel := context.WithTimeout(spanCtx, d.deliveryTimeout)
 	res := r.ce.Send(sendCtx, it.ev)
 	cancel()
 	status := 0
@@ -402,6 +410,11 @@ func (r *runner) handle(ctx context.Context, it item) {
 	if errors.As(res, &hr) {
 		status = hr.StatusCode
 	}
+	var failed error
+	if !protocol.IsACK(res) {
+		failed = res
+	}
+	tracing.EndDeliver(span, status, failed)
 	switch {
 	case protocol.IsACK(res):
 		if err := it.msg.Ack(); err != nil {

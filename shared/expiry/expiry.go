@@ -80,6 +80,7 @@ import (
 	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/logging"
 	"github.com/flagdown/flagdown/shared/redisstore"
+	"github.com/flagdown/flagdown/shared/tracing"
 )
 
 // SourceURI is the CloudEvents source of every event the expiry source publishes, the same for every
@@ -499,11 +500,19 @@ func (s *Source) handle(ctx context.Context, key string) {
 	_ = s.emit(ctx, key, kind, id, d, false)
 }
 
-// emit publishes the expired event of key and, once acknowledged, retires its index entry.
-func (s *Source) emit(ctx context.Context, key string, kind redisstore.KeyKind, id string, d int64, swept bool) error {
+// emit publishes the expired event of key and, once acknowledged, retires its index entry. The
+// publishing is a "send <type>" span (the root of the timer's trace; a no-op when tracing is off)
+// whose context the event carries in its traceparent attribute.
+func (s *Source) emit(ctx context.Context, key string, kind redisstore.KeyKind, id string, d int64, swept bool) (err error) {
 	data := events.RedisKeyExpiredData{Key: key, Kind: string(kind), ID: id, DeadlineMs: d, ObservedAt: time.Now().UTC(), Swept: swept}
 	e, err := cloudevent.New(EventID(key, d), events.RedisKeyExpired, SourceURI, key, data, data.ObservedAt)
-	if err == nil && s.opt.Keys != nil {
+	if err != nil {
+		s.errs.Add(1)
+		return err
+	}
+	ctx, span := tracing.StartPublish(ctx, &e)
+	defer func() { tracing.End(span, err) }()
+	if s.opt.Keys != nil {
 		err = s.opt.Keys.Sign(&e)
 	}
 	if err != nil {

@@ -49,3 +49,16 @@ func BenchmarkEncodeJSON(b *testing.B) {
 		httpx.WriteJSON(httptest.NewRecorder(), http.StatusAccepted, v)
 	}
 }
+
+// BenchmarkInstrument answers a request through Instrument (metrics, and the server span: a no-op
+// unless the OTEL_* environment turned tracing on).
+func BenchmarkInstrument(b *testing.B) {
+	b.ReportAllocs()
+	h := httpx.Instrument("bench", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	r := httptest.NewRequest(http.MethodPost, "/", nil)
+	for range b.N {
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+}

@@ -1,6 +1,6 @@
 // Package httpx is the HTTP edge every function shares: strict JSON decoding, the one table mapping
 // error codes to HTTP statuses, JSON responses, the shape of error bodies, and the request metrics
-// middleware (Instrument).
+// and tracing middleware (Instrument).
 package httpx
 
 import (
@@ -16,6 +16,7 @@ import (
 
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/metrics"
+	"github.com/flagdown/flagdown/shared/tracing"
 )
 
 // statusOf is the only place error codes become HTTP statuses.
@@ -178,16 +179,24 @@ func Serve(w http.ResponseWriter, r *http.Request, log *slog.Logger, method stri
 
 // Instrument wraps h, the handler of one function, so that every request it answers is counted in
 // metrics.HTTPRequests and timed in metrics.HTTPDuration under function and the status code written
-// (200 when h writes a body without WriteHeader, or nothing at all).
+// (200 when h writes a body without WriteHeader, or nothing at all), and runs in a server span named
+// function that continues the request's traceparent (tracing.StartServer; a no-op span when
+// tracing is off).
 func Instrument(function string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
+		ctx, span := tracing.StartServer(r, function)
 		defer func() {
-			code := strconv.Itoa(sw.status())
+			status := sw.status()
+			tracing.EndServer(span, status)
+			code := strconv.Itoa(status)
 			metrics.HTTPRequests.WithLabelValues(function, code).Inc()
 			metrics.HTTPDuration.WithLabelValues(function, code).Observe(metrics.Since(start))
 		}()
+		if ctx != r.Context() {
+			r = r.WithContext(ctx)
+		}
 		h.ServeHTTP(sw, r)
 	})
 }

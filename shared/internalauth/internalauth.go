@@ -8,7 +8,9 @@
 // so the signature travels unchanged through every broker flagdown uses (NATS JetStream stores the
 // structured event; the local dispatcher and a Knative Broker deliver it in binary mode as the
 // header ce-flagdownsig). The data is not signed: consumers act on the subject and re-read state,
-// and a broker may re-encode JSON data.
+// and a broker may re-encode JSON data. Nor are the trace context attributes traceparent and
+// tracestate (shared/tracing): a broker may set or rewrite them, and they only decide where a
+// consumer's spans hang in a trace, never what it does.
 //
 // There is no age check on the event's time: JetStream redelivers events of any age in its stream
 // and dead letters may be replayed, and replaying a correctly signed event is harmless because each

@@ -205,3 +205,78 @@ func TestSignStampsTime(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTraceContextIsNotSigned: the trace context attributes (traceparent, tracestate: the
+// CloudEvents distributed tracing extension) are outside the signature by design. An event signed
+// with them verifies after the broker's JSON and the dispatcher's binary mode (ce-traceparent);
+// one whose trace context a broker set, rewrote or dropped on the way verifies as well, because it
+// only decides where the consumer's spans hang in a trace, never what the consumer does (it acts on
+// the signed id, type, source and subject). What a tampered value may hold is still bounded:
+// FromRequest refuses control characters and oversized values like any attribute's.
+func TestTraceContextIsNotSigned(t *testing.T) {
+	k := keys(t, secretA)
+	e := sample(t)
+	e.SetExtension("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	e.SetExtension("tracestate", "vendor=x")
+	if err := k.Sign(&e); err != nil {
+		t.Fatal(err)
+	}
+	plain := sample(t)
+	if err := k.Sign(&plain); err != nil {
+		t.Fatal(err)
+	}
+	if e.Extensions()[internalauth.Extension] != plain.Extensions()[internalauth.Extension] {
+		t.Fatal("the signature depends on the trace context")
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored event.Event
+	if err := json.Unmarshal(b, &stored); err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodPost, "/", nil)
+	if err := cehttp.WriteRequest(t.Context(), binding.ToMessage(&stored), req); err != nil {
+		t.Fatal(err)
+	}
+	if got := req.Header.Get("ce-traceparent"); got != "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" {
+		t.Fatalf("binary mode ce-traceparent = %q", got)
+	}
+	got, err := cloudevent.FromRequest(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Verify(got); err != nil {
+		t.Fatalf("with trace context after JSON and binary mode: %v", err)
+	}
+
+	for name, tamper := range map[string]func(*event.Event){
+		"rewritten": func(e *event.Event) {
+			e.SetExtension("traceparent", "00-11111111111111111111111111111111-2222222222222222-00")
+		},
+		"dropped":   func(e *event.Event) { e.SetExtension("traceparent", nil); e.SetExtension("tracestate", nil) },
+		"malformed": func(e *event.Event) { e.SetExtension("traceparent", "garbage") },
+	} {
+		c := got.Clone()
+		tamper(&c)
+		if err := k.Verify(c); err != nil {
+			t.Errorf("trace context %s: %v; want the signature to hold", name, err)
+		}
+	}
+	// The signed attributes stay covered with a trace context present.
+	c := got.Clone()
+	c.SetSubject("ride-2")
+	wantCode(t, k.Verify(c), dispatch.CodeUnauthenticated)
+
+	// A traceparent with a control character is refused before anything reads it.
+	req = httptest.NewRequest(http.MethodPost, "/", nil)
+	if err := cehttp.WriteRequest(t.Context(), binding.ToMessage(&stored), req); err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("ce-traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\x01")
+	_, err = cloudevent.FromRequest(req)
+	if de := dispatch.AsError(err); err == nil || de.Code != dispatch.CodeInvalidArgument || de.Field != "traceparent" {
+		t.Errorf("control character in ce-traceparent: %v; want invalid_argument on traceparent", err)
+	}
+}

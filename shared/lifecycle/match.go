@@ -5,11 +5,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/logging"
 	"github.com/flagdown/flagdown/shared/pgstore"
+	"github.com/flagdown/flagdown/shared/tracing"
 )
 
 // Match outcomes.
@@ -59,11 +61,21 @@ type Pick func(ctx context.Context, ride *dispatch.Ride, excluded map[string]boo
 // match_started_at), the ride becomes UNMATCHED (ride.unmatched). If the transaction fails after
 // pick locked a driver, his lock is released. Outcomes: MatchOffered, MatchNoDriver,
 // MatchUnmatched, MatchDuplicate, MatchNotNeeded (no longer REQUESTED, or a live offer exists).
-func (s *Service) Match(ctx context.Context, rideID string, ev *EventRef, pick Pick) (string, error) {
+//
+// The attempt is a "match ride" span (ride.id, flagdown.outcome) and the recording of an offer a
+// "create offer" span within it (ride.id, driver.id, offer.id), whose trace context the
+// ride.offered outbox row records.
+func (s *Service) Match(ctx context.Context, rideID string, ev *EventRef, pick Pick) (outcome string, err error) {
+	ctx, span := tracing.Start(ctx, "match ride", trace.WithAttributes(tracing.RideIDKey.String(rideID)))
+	defer func() {
+		if span.IsRecording() {
+			span.SetAttributes(tracing.OutcomeKey.String(outcome))
+		}
+		tracing.End(span, err)
+	}()
 	c := s.d.Config
-	outcome := ""
 	var locked *dispatch.Offer
-	first, err := s.change(ctx, ev, func(tx pgx.Tx, fx *dispatch.Effects) error {
+	first, err := s.change(ctx, ev, func(tx pgx.Tx, fx *dispatch.Effects) (err error) {
 		locked, outcome = nil, ""
 		ride, err := lockRide(ctx, tx, rideID)
 		if err != nil {
@@ -112,6 +124,9 @@ func (s *Service) Match(ctx context.Context, rideID string, ev *EventRef, pick P
 		}
 		locked = offer
 		offer.RideID, offer.ExpiresAt = ride.ID, win.ExpiresAt
+		ctx, offerSpan := tracing.Start(ctx, "create offer", trace.WithAttributes(tracing.RideIDKey.String(ride.ID),
+			tracing.DriverIDKey.String(offer.DriverID), tracing.OfferIDKey.String(offer.ID)))
+		defer func() { tracing.End(offerSpan, err) }()
 		if err := pgstore.InsertOffer(ctx, tx, offer); err != nil {
 			return err
 		}

@@ -10,7 +10,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
+
+	"github.com/flagdown/flagdown/events"
 )
 
 // The formats New writes.
@@ -64,10 +65,10 @@ func DriverID(id string) slog.Attr { return slog.String(KeyDriverID, id) }
 // subject (package events: the subject of a ride event, io.flagdown.ride.*, is the ride id, and of a
 // driver event, io.flagdown.driver.*, the driver id): ride_id, driver_id, or else subject.
 func EventSubject(eventType, subject string) slog.Attr {
-	switch {
-	case strings.HasPrefix(eventType, "io.flagdown.ride."):
+	switch events.SubjectOf(eventType) {
+	case events.SubjectRide:
 		return RideID(subject)
-	case strings.HasPrefix(eventType, "io.flagdown.driver."):
+	case events.SubjectDriver:
 		return DriverID(subject)
 	}
 	return slog.String("subject", subject)

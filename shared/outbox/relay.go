@@ -25,6 +25,7 @@ import (
 	"github.com/flagdown/flagdown/shared/logging"
 	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/pgstore"
+	"github.com/flagdown/flagdown/shared/tracing"
 )
 
 // Channel is the PostgreSQL NOTIFY channel the outbox insert trigger signals; the payload is the
@@ -111,7 +112,8 @@ FOR UPDATE SKIP LOCKED`
 // claimRows locks the claimed heads and the unpublished rows after them of the same keys (no other
 // relay can hold those while the heads are held), in id order.
 const claimRows = `
-SELECT o.id, o.event_id::text, o.type, o.source, o.subject, o.ordering_key, o.data, o.created_at
+SELECT o.id, o.event_id::text, o.type, o.source, o.subject, o.ordering_key, o.data, o.created_at,
+       coalesce(o.traceparent, ''), coalesce(o.tracestate, '')
 FROM outbox o
 JOIN unnest($1::text[], $2::bigint[]) AS h(ordering_key, head_id)
   ON o.ordering_key = h.ordering_key AND o.id >= h.head_id
@@ -129,6 +131,8 @@ type row struct {
 	key       string
 	data      []byte
 	createdAt time.Time
+	// traceparent and tracestate are the trace context of the transaction that wrote the row.
+	traceparent, tracestate string
 }
 
 // RunOnce runs one round in one transaction: it claims unpublished rows (the heads of their ordering
@@ -172,7 +176,8 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	}
 	claimed, err := pgx.CollectRows(rows, func(cr pgx.CollectableRow) (row, error) {
 		var x row
-		err := cr.Scan(&x.id, &x.eventID, &x.typ, &x.source, &x.subject, &x.key, &x.data, &x.createdAt)
+		err := cr.Scan(&x.id, &x.eventID, &x.typ, &x.source, &x.subject, &x.key, &x.data, &x.createdAt,
+			&x.traceparent, &x.tracestate)
 		return x, err
 	})
 	if err != nil {
@@ -242,12 +247,17 @@ func (r *Relay) publishRows(ctx context.Context, rows []row) ([]int64, error) {
 	return published, firstErr
 }
 
-// publishRow builds the CloudEvent of x, signs it (when Keys are set) and publishes it.
-func (r *Relay) publishRow(ctx context.Context, x row) error {
+// publishRow builds the CloudEvent of x, signs it (when Keys are set) and publishes it, in a
+// "send <type>" producer span continuing the trace of the transaction that wrote x; the event
+// carries that span's context in its traceparent and tracestate attributes (tracing.StartPublish;
+// none when tracing is off).
+func (r *Relay) publishRow(ctx context.Context, x row) (err error) {
 	e, err := cloudevent.New(x.eventID, x.typ, x.source, x.subject, json.RawMessage(x.data), x.createdAt)
 	if err != nil {
 		return err
 	}
+	ctx, span := tracing.StartPublish(tracing.WithContext(ctx, x.traceparent, x.tracestate), &e)
+	defer func() { tracing.End(span, err) }()
 	if r.keys != nil {
 		if err := r.keys.Sign(&e); err != nil {
 			return err

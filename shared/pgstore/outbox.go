@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/flagdown/flagdown/shared/tracing"
 )
 
 // OutboxEvent is an event to publish once the transaction that writes it commits.
@@ -23,9 +25,11 @@ type OutboxEvent struct {
 	Data any
 }
 
-// InsertOutbox writes ev in tx and returns the new CloudEvent id (a UUID).
+// InsertOutbox writes ev in tx and returns the new CloudEvent id (a UUID). The row records the
+// trace context of ctx's span (tracing.Context; NULL when tracing is off), which the relay's
+// publish span continues.
 func InsertOutbox(ctx context.Context, tx pgx.Tx, ev OutboxEvent) (string, error) {
-	id, args, err := outboxArgs(ev)
+	id, args, err := outboxArgs(ctx, ev)
 	if err != nil {
 		return "", err
 	}
@@ -35,21 +39,37 @@ func InsertOutbox(ctx context.Context, tx pgx.Tx, ev OutboxEvent) (string, error
 	return id, nil
 }
 
-const insertOutboxSQL = `INSERT INTO outbox (event_id, type, source, subject, ordering_key, data)
-		VALUES ($1, $2, $3, $4, $5, $6)`
+const insertOutboxSQL = `INSERT INTO outbox (event_id, type, source, subject, ordering_key, data, traceparent, tracestate)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
 
 // outboxArgs returns a new event id for ev and the arguments of insertOutboxSQL.
-func outboxArgs(ev OutboxEvent) (string, []any, error) {
+func outboxArgs(ctx context.Context, ev OutboxEvent) (string, []any, error) {
+	id := uuid.NewString()
+	args, err := outboxRowArgs(ctx, id, ev)
+	return id, args, err
+}
+
+// outboxRowArgs returns the arguments of insertOutboxSQL for ev under the event id id: the row's
+// columns, ending with the trace context of ctx's span (NULL when there is none).
+func outboxRowArgs(ctx context.Context, id string, ev OutboxEvent) ([]any, error) {
 	data, err := json.Marshal(ev.Data)
 	if err != nil {
-		return "", nil, fmt.Errorf("pgstore: outbox data: %w", err)
+		return nil, fmt.Errorf("pgstore: outbox data: %w", err)
 	}
 	key := ev.OrderingKey
 	if key == "" {
 		key = ev.Subject
 	}
-	id := uuid.NewString()
-	return id, []any{id, ev.Type, ev.Source, ev.Subject, key, data}, nil
+	tp, ts := tracing.Context(ctx)
+	return []any{id, ev.Type, ev.Source, ev.Subject, key, data, nullText(tp), nullText(ts)}, nil
+}
+
+// nullText is s, or NULL when s is empty.
+func nullText(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // eventNamespace is the UUIDv5 namespace of deterministic outbox event ids (OnceID).
@@ -66,20 +86,15 @@ func OnceID(parts ...string) string {
 	return uuid.NewSHA1(eventNamespace, []byte(key)).String()
 }
 
-// InsertOutboxOnce writes ev in tx with the event id id (see OnceID) unless an outbox row with that
-// id exists; it reports whether it wrote one. A concurrent writer of the same id waits for the other
-// transaction and then writes nothing.
+// InsertOutboxOnce writes ev in tx with the event id id (see OnceID), recording ctx's trace context
+// as InsertOutbox does, unless an outbox row with that id exists; it reports whether it wrote one.
+// A concurrent writer of the same id waits for the other transaction and then writes nothing.
 func InsertOutboxOnce(ctx context.Context, tx pgx.Tx, id string, ev OutboxEvent) (bool, error) {
-	data, err := json.Marshal(ev.Data)
+	args, err := outboxRowArgs(ctx, id, ev)
 	if err != nil {
-		return false, fmt.Errorf("pgstore: outbox data: %w", err)
+		return false, err
 	}
-	key := ev.OrderingKey
-	if key == "" {
-		key = ev.Subject
-	}
-	tag, err := tx.Exec(ctx, `INSERT INTO outbox (event_id, type, source, subject, ordering_key, data)
-		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (event_id) DO NOTHING`, id, ev.Type, ev.Source, ev.Subject, key, data)
+	tag, err := tx.Exec(ctx, insertOutboxSQL+` ON CONFLICT (event_id) DO NOTHING`, args...)
 	if err != nil {
 		return false, pgErr(err)
 	}

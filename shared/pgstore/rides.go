@@ -104,22 +104,23 @@ func insertRideArgs(r *dispatch.Ride, key *string) []any {
 // one transaction and one round trip: both INSERTs go in one pipelined batch, which PostgreSQL runs
 // as one implicit transaction (committed at the batch's Sync, rolled back whole if either fails).
 // ev.Data must marshal to a JSON object; its requested_at member is set to the transaction's
-// now(), which is the ride's created_at (the column's default), as r.CreatedAt is on return. It
-// returns the outbox event id. Errors are InsertRide's (the raw unique violation of
-// rides_idempotency, the rider_has_open_ride conflict, ...), or the outbox INSERT's.
+// now(), which is the ride's created_at (the column's default), as r.CreatedAt is on return; the
+// outbox row records ctx's trace context, as InsertOutbox's does. It returns the outbox event id.
+// Errors are InsertRide's (the raw unique violation of rides_idempotency, the rider_has_open_ride
+// conflict, ...), or the outbox INSERT's.
 func CreateRide(ctx context.Context, db *DB, r *dispatch.Ride, idempotencyKey string, ev OutboxEvent) (string, error) {
 	var key *string
 	if idempotencyKey != "" {
 		key = &idempotencyKey
 	}
-	id, args, err := outboxArgs(ev)
+	id, args, err := outboxArgs(ctx, ev)
 	if err != nil {
 		return "", err
 	}
 	b := &pgx.Batch{}
 	b.Queue(insertRideSQL, insertRideArgs(r, key)...)
-	b.Queue(`INSERT INTO outbox (event_id, type, source, subject, ordering_key, data)
-		VALUES ($1, $2, $3, $4, $5, jsonb_set($6::jsonb, '{requested_at}', to_jsonb(now())))`, args...)
+	b.Queue(`INSERT INTO outbox (event_id, type, source, subject, ordering_key, data, traceparent, tracestate)
+		VALUES ($1, $2, $3, $4, $5, jsonb_set($6::jsonb, '{requested_at}', to_jsonb(now())), $7, $8)`, args...)
 	br := db.Pool.SendBatch(ctx, b)
 	err = br.QueryRow().Scan(&r.CreatedAt, &r.MatchStartedAt, &r.Version)
 	if err == nil {

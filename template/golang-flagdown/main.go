@@ -13,8 +13,9 @@
 // serves function.Handle on :$PORT (default 8080, the port OpenFaaS and Knative call), answers
 // GET /_/health (process up) and GET /_/ready (PostgreSQL and Redis reachable) for the probes and
 // GET /metrics (Prometheus, shared/metrics; the manifests' scrape annotations name it), writes
-// the /tmp/.lock file exec probes look for, applies read_timeout / write_timeout, and drains requests
-// on SIGTERM for up to write_timeout.
+// the /tmp/.lock file exec probes look for, applies read_timeout / write_timeout, drains requests
+// on SIGTERM for up to write_timeout, and exports traces when the OTEL_* environment turns them on
+// (shared/tracing), flushing them at exit.
 package main
 
 import (
@@ -34,6 +35,7 @@ import (
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/metrics"
+	"github.com/flagdown/flagdown/shared/tracing"
 )
 
 const defaultTimeout = 10 * time.Second
@@ -49,6 +51,13 @@ func main() {
 	log := app.NewLogger(cfg)
 	if cfgErr != nil {
 		log.Error("configuration does not load; the function answers 503 until it does", "err", cfgErr)
+	}
+	// Traces (shared/tracing): off unless the OTEL_* environment names an OTLP endpoint. A setting
+	// it cannot honour is logged and the function runs untraced.
+	stopTracing, err := tracing.Setup(context.Background(), functionName())
+	if err != nil {
+		log.Error("tracing off: the OTEL_* settings cannot be used", "err", err)
+		stopTracing = func(context.Context) error { return nil }
 	}
 	readTimeout := duration(os.Getenv("read_timeout"), defaultTimeout)
 	writeTimeout := duration(os.Getenv("write_timeout"), defaultTimeout)
@@ -109,6 +118,11 @@ func main() {
 		if err := srv.Shutdown(sctx); err != nil {
 			log.Error("shutdown", "err", err)
 		}
+	}
+	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := stopTracing(fctx); err != nil {
+		log.Warn("tracing: spans not flushed at exit", "err", err)
 	}
 }
 
