@@ -58,12 +58,6 @@ var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
 // Handle is the OpenFaaS golang-middleware entry point.
 func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }
 
-// PointRequest is a position in WGS84 degrees; both fields are required.
-type PointRequest struct {
-	Lat *float64 `json:"lat"`
-	Lng *float64 `json:"lng"`
-}
-
 // Request is the body of a press.
 type Request struct {
 	// RiderID (rider token) or DriverID (driver token) is optional; when sent it must be the
@@ -76,7 +70,7 @@ type Request struct {
 	// Code is the optional short code (1 to 8 letters or digits; case does not matter).
 	Code string `json:"code,omitempty"`
 	// Dropoff is the rider's destination: required of a rider, refused from a driver.
-	Dropoff *PointRequest `json:"dropoff,omitempty"`
+	Dropoff *httpx.PointJSON `json:"dropoff,omitempty"`
 }
 
 // Waiting is the 202 answer: the press waits for its counterpart.
@@ -194,13 +188,10 @@ func (f *Function) validate(id auth.Identity, req *Request) (dispatch.HailPress,
 	case p.Side == dispatch.HailRider && req.Dropoff == nil:
 		return p, dispatch.Invalid("dropoff", "is required of a rider (the fare is estimated from it)")
 	case p.Side == dispatch.HailRider:
-		if req.Dropoff.Lat == nil {
-			return p, dispatch.Invalid("dropoff.lat", "is required")
+		d, err := req.Dropoff.Point("dropoff")
+		if err != nil {
+			return p, err
 		}
-		if req.Dropoff.Lng == nil {
-			return p, dispatch.Invalid("dropoff.lng", "is required")
-		}
-		d := dispatch.Point{Lat: *req.Dropoff.Lat, Lng: *req.Dropoff.Lng}
 		if err := dispatch.ValidateRidePoint("dropoff", d, area); err != nil {
 			return p, err
 		}

@@ -57,19 +57,13 @@ var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
 // Handle is the OpenFaaS golang-middleware entry point.
 func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }
 
-// PointRequest is a position in WGS84 degrees; both fields are required.
-type PointRequest struct {
-	Lat *float64 `json:"lat"`
-	Lng *float64 `json:"lng"`
-}
-
 // Request is the body of a ride request.
 type Request struct {
 	// RiderID is optional: the rider is the token's sub, and a rider_id sent must be that sub.
 	RiderID string `json:"rider_id,omitempty"`
 	// Pickup and Dropoff must lie in the service area (FLAGDOWN_SERVICE_AREA).
-	Pickup  *PointRequest `json:"pickup"`
-	Dropoff *PointRequest `json:"dropoff"`
+	Pickup  *httpx.PointJSON `json:"pickup"`
+	Dropoff *httpx.PointJSON `json:"dropoff"`
 	// QuoteID is optional: the quote_id of a fare-estimate answer, whose fare and multiplier the
 	// ride is then charged.
 	QuoteID string `json:"quote_id,omitempty"`
@@ -140,19 +134,6 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func point(field string, p *PointRequest) (dispatch.Point, error) {
-	if p == nil {
-		return dispatch.Point{}, dispatch.Invalid(field, "is required")
-	}
-	if p.Lat == nil {
-		return dispatch.Point{}, dispatch.Invalid(field+".lat", "is required")
-	}
-	if p.Lng == nil {
-		return dispatch.Point{}, dispatch.Invalid(field+".lng", "is required")
-	}
-	return dispatch.Point{Lat: *p.Lat, Lng: *p.Lng}, nil
-}
-
 func (f *Function) validate(req *Request, key string) (*dispatch.Ride, error) {
 	if err := dispatch.ValidateID("rider_id", req.RiderID); err != nil {
 		return nil, err
@@ -161,14 +142,14 @@ func (f *Function) validate(req *Request, key string) (*dispatch.Ride, error) {
 		return nil, err
 	}
 	area := f.d.ServiceArea()
-	pickup, err := point("pickup", req.Pickup)
+	pickup, err := req.Pickup.Point("pickup")
 	if err != nil {
 		return nil, err
 	}
 	if err := dispatch.ValidateRidePoint("pickup", pickup, area); err != nil {
 		return nil, err
 	}
-	dropoff, err := point("dropoff", req.Dropoff)
+	dropoff, err := req.Dropoff.Point("dropoff")
 	if err != nil {
 		return nil, err
 	}

@@ -237,3 +237,25 @@ func (w *statusWriter) status() int {
 	}
 	return w.code
 }
+
+// PointJSON is a position in a request body, WGS84 degrees: {"lat": …, "lng": …}. Both are required;
+// Point checks that they are there, dispatch.ValidatePoint / ValidateRidePoint what they hold.
+type PointJSON struct {
+	Lat *float64 `json:"lat"`
+	Lng *float64 `json:"lng"`
+}
+
+// Point returns p as a dispatch.Point. A missing p or coordinate is a CodeInvalid error naming it
+// (field, field.lat or field.lng).
+func (p *PointJSON) Point(field string) (dispatch.Point, error) {
+	if p == nil {
+		return dispatch.Point{}, dispatch.Invalid(field, "is required")
+	}
+	if p.Lat == nil {
+		return dispatch.Point{}, dispatch.Invalid(field+".lat", "is required")
+	}
+	if p.Lng == nil {
+		return dispatch.Point{}, dispatch.Invalid(field+".lng", "is required")
+	}
+	return dispatch.Point{Lat: *p.Lat, Lng: *p.Lng}, nil
+}
