@@ -55,6 +55,10 @@ SERVICES_UP=1
 scripts/services.sh up --owner "$OWNER" ${SERVICES_ARGS:-}
 # shellcheck disable=SC1091
 . .local/services.env
+# The demo's rides and drivers live apart from `make dev`'s (schema public, prefix flagdown:), so a
+# dev session never inherits a demo's thousands of rides, nor a demo a dev session's.
+export FLAGDOWN_DB_SCHEMA="${FLAGDOWN_DB_SCHEMA:-demo}" FLAGDOWN_REDIS_PREFIX="${FLAGDOWN_REDIS_PREFIX:-flagdown-demo:}"
+log "demo data: PostgreSQL schema $FLAGDOWN_DB_SCHEMA, Redis prefix $FLAGDOWN_REDIS_PREFIX (make dev uses public and flagdown:)"
 
 pick_addr
 BASE_URL="http://$URL_HOST"

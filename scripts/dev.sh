@@ -41,7 +41,8 @@ cleanup() {
 	fi
 	rm -f "$DEV_ENV"
 	# Ctrl-C and SIGTERM are how a dev session ends: not a failure.
-	if [ "$rc" -eq 0 ] || [ "$rc" -eq 130 ] || [ "$rc" -eq 143 ]; then log "stopped"; else log "FAILED (exit $rc)"; fi
+	# Ctrl-C or SIGTERM is how a dev run ends: a normal end (exit 0), so make reports no error.
+	if [ "$rc" -eq 0 ] || [ "$rc" -eq 130 ] || [ "$rc" -eq 143 ]; then log "stopped"; rc=0; else log "FAILED (exit $rc)"; fi
 	exit "$rc"
 }
 trap cleanup EXIT

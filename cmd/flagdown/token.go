@@ -32,7 +32,7 @@ many drivers). A deployment behind an identity provider (FLAGDOWN_JWKS_URL) gets
 				return err
 			}
 			if cfg.JWTSecret == "" {
-				return errors.New("no FLAGDOWN_JWT_SECRET: set the secret the platform verifies with (flagdown dev logs the one it generated)")
+				return errors.New("no FLAGDOWN_JWT_SECRET: set the secret the platform verifies with (make dev writes it to .local/dev.env; flagdown dev alone logs the one it generated)")
 			}
 			r := auth.Role(role)
 			if !r.Valid() {

@@ -68,7 +68,7 @@ type PingRequest struct {
 	SpeedMPS *float64 `json:"speed_mps,omitempty"`
 	// TS is when the fix was taken (RFC 3339); defaults to the server's time; at most
 	// FLAGDOWN_MAX_CLOCK_SKEW in the future.
-	TS *time.Time `json:"ts,omitempty"`
+	TS *httpx.Timestamp `json:"ts,omitempty"`
 	// Status is offline, available or paused (optional; keeps the current status).
 	Status string `json:"status,omitempty"`
 }
@@ -256,7 +256,7 @@ func (f *Function) validate(reqs []PingRequest, single bool, id auth.Identity) (
 		}
 		at := now
 		if p.TS != nil {
-			at = *p.TS
+			at = p.TS.Time
 			if at.After(now.Add(f.d.Config.MaxClockSkew)) {
 				return nil, dispatch.Invalid(field("ts"), fmt.Sprintf("must not be more than %s in the future", f.d.Config.MaxClockSkew))
 			}

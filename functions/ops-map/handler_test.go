@@ -309,3 +309,40 @@ func TestStreamSendsSnapshots(t *testing.T) {
 	resp.Body.Close()
 	srv.Close()
 }
+
+// TestTimelineOfAnUnmatchedRide: a ride whose accepted driver was lost and that was then given up
+// shows the re-open after the accept and ends UNMATCHED with its match note.
+func TestTimelineOfAnUnmatchedRide(t *testing.T) {
+	e := fntest.NewEnv(t, nil)
+	h := opsmap.New(e.D)
+	e.Ping(t, "d-gone", dispatch.Point{Lat: 40.7580, Lng: -73.9855})
+	ride := e.CreateRide(t, "r-gone", dispatch.Point{Lat: 40.7570, Lng: -73.9860}, dispatch.Point{Lat: 40.7306, Lng: -73.9866})
+	e.MatchRide(t, ride)
+	if st, body := e.AcceptRide(t, ride, "d-gone"); st != http.StatusOK {
+		t.Fatalf("accept: HTTP %d %v", st, body)
+	}
+	// What re-open and the retry budget leave in the row (the lifecycle's own paths are tested in
+	// shared/lifecycle): no driver, UNMATCHED, the last note.
+	e.Exec(t, `UPDATE rides SET status = 'UNMATCHED', driver_id = NULL, accepted_at = NULL,
+		match_note = 'no available driver within 8000 m', updated_at = now() + interval '1 minute' WHERE id = $1`, ride)
+	st, raw := fntest.DoRaw(t, h, http.MethodGet, "/rides/"+ride, nil, e.Ops())
+	if st != http.StatusOK {
+		t.Fatalf("timeline: HTTP %d %s", st, raw)
+	}
+	var tl opsview.Timeline
+	if err := json.Unmarshal(raw, &tl); err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, ev := range tl.Events {
+		kinds = append(kinds, ev.Kind)
+	}
+	want := []string{opsview.EventRequested, opsview.EventFirstMatch, opsview.EventOffered, opsview.EventOfferAccepted,
+		opsview.EventReopened, opsview.EventUnmatched}
+	if !slices.Equal(kinds, want) {
+		t.Fatalf("timeline %v, want %v", kinds, want)
+	}
+	if last := tl.Events[len(tl.Events)-1]; last.Detail != "no available driver within 8000 m" {
+		t.Errorf("unmatched event %+v, want the match note as its detail", last)
+	}
+}

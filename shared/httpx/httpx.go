@@ -4,12 +4,14 @@
 package httpx
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -59,7 +61,9 @@ type ErrorDetail struct {
 func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // an API answer, not HTML: "<JWT>" stays readable
+	_ = enc.Encode(v)
 }
 
 // WriteError writes err as an ErrorBody with the status of its code. Internal and unavailable
@@ -127,6 +131,9 @@ func decodeError(err error, maxBytes int64) error {
 		field := te.Field
 		if field == "" {
 			field = "body"
+		}
+		if te.Type == timestampType {
+			return dispatch.Invalid(field, "must be an RFC 3339 time string (e.g. 2026-12-01T15:04:05Z), not "+te.Value)
 		}
 		return dispatch.Invalid(field, fmt.Sprintf("must be a JSON %s, not %s", jsonKind(te.Type.Kind().String()), te.Value))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
@@ -258,4 +265,43 @@ func (p *PointJSON) Point(field string) (dispatch.Point, error) {
 		return dispatch.Point{}, dispatch.Invalid(field+".lng", "is required")
 	}
 	return dispatch.Point{Lat: *p.Lat, Lng: *p.Lng}, nil
+}
+
+// Timestamp is a time in a request body: a JSON string in RFC 3339 (e.g. "2026-12-01T15:04:05Z";
+// fractional seconds allowed). Anything else fails decoding as a *json.UnmarshalTypeError, which
+// DecodeJSON reports naming the field and this rule.
+type Timestamp struct{ time.Time }
+
+var timestampType = reflect.TypeFor[Timestamp]()
+
+// UnmarshalJSON parses an RFC 3339 string.
+func (t *Timestamp) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return &json.UnmarshalTypeError{Value: jsonValueKind(b), Type: timestampType}
+	}
+	v, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return &json.UnmarshalTypeError{Value: strconv.Quote(s), Type: timestampType}
+	}
+	t.Time = v
+	return nil
+}
+
+// jsonValueKind names the kind of the JSON value b (number, object, array, bool, null), as
+// encoding/json's own type errors do.
+func jsonValueKind(b []byte) string {
+	switch c := bytes.TrimSpace(b); {
+	case len(c) == 0:
+		return "nothing"
+	case c[0] == '{':
+		return "object"
+	case c[0] == '[':
+		return "array"
+	case c[0] == 't' || c[0] == 'f':
+		return "bool"
+	case c[0] == 'n':
+		return "null"
+	}
+	return "number"
 }

@@ -53,6 +53,12 @@ const (
 	EventStarted        = "started"
 	EventCompleted      = "completed"
 	EventCancelled      = "cancelled"
+	// EventUnmatched is a ride given up as UNMATCHED (at its last update, with the last match
+	// note); EventReopened marks that an accepted driver lost the ride again (a heartbeat that
+	// expired, an abandoned ride): the rows keep no time of it, so it is placed right after the
+	// accept it undid.
+	EventUnmatched = "unmatched"
+	EventReopened  = "reopened"
 )
 
 // TimelineEvent is one step of a ride.
@@ -79,12 +85,13 @@ func (rd *Reader) Timeline(ctx context.Context, rideID string) (*Timeline, error
 	var cancelledBy, cancelReason string
 	var created time.Time
 	var firstMatch, accepted, started, completed, cancelled *time.Time
+	var updated time.Time
 	err := rd.DB.Pool.QueryRow(ctx, `SELECT id, rider_id, status, pickup_lat, pickup_lng, dropoff_lat, dropoff_lng,
 		coalesce(driver_id, ''), fare_estimate_cents, est_distance_m, est_duration_s, match_attempts, coalesce(match_note, ''),
-		coalesce(cancelled_by, ''), coalesce(cancel_reason, ''), created_at, first_match_at, accepted_at, started_at, completed_at, cancelled_at
+		coalesce(cancelled_by, ''), coalesce(cancel_reason, ''), created_at, first_match_at, accepted_at, started_at, completed_at, cancelled_at, updated_at
 		FROM rides WHERE id = $1`, rideID).Scan(&r.ID, &r.RiderID, &status, &r.Pickup.Lat, &r.Pickup.Lng, &r.Dropoff.Lat, &r.Dropoff.Lng,
 		&r.DriverID, &r.FareEstimateCents, &r.EstDistanceM, &r.EstDurationS, &r.MatchAttempts, &r.MatchNote,
-		&cancelledBy, &cancelReason, &created, &firstMatch, &accepted, &started, &completed, &cancelled)
+		&cancelledBy, &cancelReason, &created, &firstMatch, &accepted, &started, &completed, &cancelled, &updated)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, dispatch.NotFound("ride", rideID)
 	}
@@ -122,6 +129,10 @@ func (rd *Reader) Timeline(ctx context.Context, rideID string) (*Timeline, error
 			end = &expires // an expired offer has no response
 		}
 		add(end, "offer_"+strings.ToLower(st), driver, 0, "")
+		if dispatch.OfferStatus(st) == dispatch.OfferAccepted && driver != r.DriverID && end != nil {
+			reopened := end.Add(time.Millisecond)
+			add(&reopened, EventReopened, driver, 0, "")
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, dispatch.Unavailable("postgres", fmt.Errorf("opsview: offers: %w", err))
@@ -134,6 +145,9 @@ func (rd *Reader) Timeline(ctx context.Context, rideID string) (*Timeline, error
 		detail += ": " + cancelReason
 	}
 	add(cancelled, EventCancelled, "", 0, detail)
+	if r.Status == dispatch.RideUnmatched {
+		add(&updated, EventUnmatched, "", 0, r.MatchNote)
+	}
 	sort.SliceStable(t.Events, func(i, j int) bool { return t.Events[i].At.Before(t.Events[j].At) })
 	return &t, nil
 }
