@@ -118,11 +118,14 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		if p.Side == dispatch.HailRider {
-			// A rider's valid press spends his ride-request budget (FLAGDOWN_RATE_RIDES_PER_MIN).
-			if err := f.d.Limiter().Allow(r.Context(), ratelimit.RideRequests, p.ID, "rider_id", 1); err != nil {
-				return 0, nil, err
-			}
+		// A rider's valid press spends one ride request of his budget (FLAGDOWN_RATE_RIDES_PER_MIN),
+		// a driver's one ping (FLAGDOWN_RATE_PINGS_PER_MIN: a press reports where he is).
+		kind, field := ratelimit.RideRequests, "rider_id"
+		if p.Side == dispatch.HailDriver {
+			kind, field = ratelimit.Pings, "driver_id"
+		}
+		if err := f.d.Limiter().Allow(r.Context(), kind, p.ID, field, 1); err != nil {
+			return 0, nil, err
 		}
 		res, err := f.lc.Hail(r.Context(), p)
 		if err != nil {

@@ -2,6 +2,7 @@ package function_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
@@ -468,5 +469,30 @@ func TestBadInput(t *testing.T) {
 	}
 	if status, _ := fntest.Do(t, env.Hail, http.MethodGet, "/", nil, driver); status != http.StatusMethodNotAllowed {
 		t.Errorf("GET: status %d, want 405", status)
+	}
+}
+
+// TestHailPressesSpendTheCallersBudget: a driver's press spends one of his pings, a rider's one of
+// his ride requests; past the budget the press is 429 naming the caller and enters nothing.
+func TestHailPressesSpendTheCallersBudget(t *testing.T) {
+	t.Parallel()
+	env := fntest.NewEnv(t, func(c *config.Config) { c.RatePingsPerMin, c.RateRidesPerMin = 3, 2 })
+	env.Ping(t, "d-1", corner) // one ping of three
+	for i := range 2 {
+		status, body := driverHail(t, env, "d-1", corner, "")
+		wantStatus(t, fmt.Sprintf("driver press %d", i+1), status, body, http.StatusAccepted)
+	}
+	status, body := driverHail(t, env, "d-1", corner, "")
+	if status != http.StatusTooManyRequests || fntest.ErrorOf(t, body).Field != "driver_id" {
+		t.Fatalf("driver press past his ping budget: HTTP %d %v, want 429 naming driver_id", status, body)
+	}
+	env.Ping(t, "d-2", fntest.Offset(corner, 0, 1500)) // far from the riders' presses
+	for i := range 2 {
+		status, body := riderHail(t, env, "r-1", fntest.Offset(corner, 0, 3000), "")
+		wantStatus(t, fmt.Sprintf("rider press %d", i+1), status, body, http.StatusAccepted)
+	}
+	status, body = riderHail(t, env, "r-1", fntest.Offset(corner, 0, 3000), "")
+	if status != http.StatusTooManyRequests || fntest.ErrorOf(t, body).Field != "rider_id" {
+		t.Fatalf("rider press past his ride budget: HTTP %d %v, want 429 naming rider_id", status, body)
 	}
 }
