@@ -20,11 +20,12 @@
 //     "dropoff", "fare_estimate_cents", "est_distance_m", "est_duration_s", "distance_m"}.
 //   - 409 hail_ambiguous (details.candidates: two or more counterparts, none chosen),
 //     hail_driver_unavailable (details.driver_state), rider_has_open_ride, driver_busy.
-//   - 400 naming the field; 429 for a rider past FLAGDOWN_RATE_RIDES_PER_MIN (a rider's hail
-//     spends his ride-request budget).
+//   - 400 naming the field; 429 past the caller's budget: a rider's press spends one ride request
+//     (FLAGDOWN_RATE_RIDES_PER_MIN), a driver's one ping (FLAGDOWN_RATE_PINGS_PER_MIN).
 package function
 
 import (
+	"errors"
 	"net/http"
 	"time"
 
@@ -33,6 +34,7 @@ import (
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/lifecycle"
+	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/ratelimit"
 )
 
@@ -128,6 +130,7 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 			return 0, nil, err
 		}
 		res, err := f.lc.Hail(r.Context(), p)
+		observe(p.Side, res, err)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -201,4 +204,19 @@ func (f *Function) validate(id auth.Identity, req *Request) (dispatch.HailPress,
 		p.Dropoff = &d
 	}
 	return p, nil
+}
+
+// observe counts one press that reached pairing in metrics.HailPresses.
+func observe(side dispatch.HailSide, res lifecycle.HailResult, err error) {
+	result := "error"
+	var de *dispatch.Error
+	switch {
+	case err == nil && res.Waiting:
+		result = "waiting"
+	case err == nil:
+		result = "paired"
+	case errors.As(err, &de) && de.Code == dispatch.CodeConflict && de.Reason != "":
+		result = de.Reason
+	}
+	metrics.HailPresses.WithLabelValues(string(side), result).Inc()
 }

@@ -9,12 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/invariants"
+	"github.com/flagdown/flagdown/shared/metrics"
 )
 
 var (
@@ -478,9 +481,13 @@ func TestHailPressesSpendTheCallersBudget(t *testing.T) {
 	t.Parallel()
 	env := fntest.NewEnv(t, func(c *config.Config) { c.RatePingsPerMin, c.RateRidesPerMin = 3, 2 })
 	env.Ping(t, "d-1", corner) // one ping of three
+	waited := testutil.ToFloat64(metrics.HailPresses.WithLabelValues("driver", "waiting"))
 	for i := range 2 {
 		status, body := driverHail(t, env, "d-1", corner, "")
 		wantStatus(t, fmt.Sprintf("driver press %d", i+1), status, body, http.StatusAccepted)
+	}
+	if got := testutil.ToFloat64(metrics.HailPresses.WithLabelValues("driver", "waiting")); got < waited+2 {
+		t.Errorf("flagdown_hail_presses_total{side=driver,result=waiting} went from %v to %v, want +2 at least", waited, got)
 	}
 	status, body := driverHail(t, env, "d-1", corner, "")
 	if status != http.StatusTooManyRequests || fntest.ErrorOf(t, body).Field != "driver_id" {

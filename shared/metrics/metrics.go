@@ -103,6 +103,14 @@ var (
 		Help: "Driver pings handled by location-update, by result (applied, stale, gps_jump, rate_limited).",
 	}, []string{"result"})
 
+	// HailPresses counts street-hail presses that reached pairing, by side (rider, driver) and
+	// result: waiting, paired, a conflict's reason (hail_ambiguous, hail_driver_unavailable,
+	// driver_busy, rider_has_open_ride, ...) or error.
+	HailPresses = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flagdown_hail_presses_total",
+		Help: "Street-hail presses that reached pairing, by side and result (waiting, paired, a conflict reason, error).",
+	}, []string{"side", "result"})
+
 	// PushMessages counts messages to phones by result: posted, gone, failed.
 	PushMessages = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flagdown_push_messages_total",
@@ -126,6 +134,7 @@ var Families = []string{
 	"flagdown_trigger_dead_letters_total",
 	"flagdown_reconcile_repairs_total",
 	"flagdown_pings_total",
+	"flagdown_hail_presses_total",
 	"flagdown_push_messages_total",
 	"flagdown_available_drivers",
 	"flagdown_open_rides",
@@ -137,7 +146,7 @@ func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		HTTPRequests, HTTPDuration, MatchOutcomes, MatchDuration, OfferResponses, TimerLateness,
 		OutboxPublished, TriggerDeliveries, TriggerRetries, TriggerDeadLetters, ReconcileRepairs,
-		Pings, PushMessages,
+		Pings, HailPresses, PushMessages,
 	}
 }
 

@@ -33,6 +33,7 @@ func touchAll() {
 	metrics.TriggerDeadLetters.WithLabelValues("lint")
 	metrics.ReconcileRepairs.WithLabelValues("lint")
 	metrics.Pings.WithLabelValues("lint")
+	metrics.HailPresses.WithLabelValues("lint", "lint")
 	metrics.PushMessages.WithLabelValues("lint")
 }
 
