@@ -69,7 +69,10 @@ func (f *Function) RunBatch(ctx context.Context, e event.Event) (string, error) 
 //     round trips (searchAll);
 //  3. builds the rides × drivers cost matrix from dispatch.Score (dispatch.BatchCosts; a driver who
 //     is no candidate of a ride is a forbidden pair) and solves it with dispatch.Assign: the most
-//     rides served and, among those assignments, the least total score;
+//     rides served and, among those assignments, the least total score; the rides the assignment left
+//     without a driver search again past the drivers it gave to other rides (wider, as greedy widens
+//     past drivers other offers took) and are assigned among themselves, round after round, until no
+//     round assigns anyone or none is left (assignRounds);
 //  4. offers each assigned ride its driver as greedy does, through lifecycle.Service.Match under the
 //     offer lock (on batchWorkers goroutines: their drivers are distinct); a ride whose driver's
 //     lock is lost (another offer, he went away) falls back to its next-best candidate that the
@@ -77,7 +80,8 @@ func (f *Function) RunBatch(ctx context.Context, e event.Event) (string, error) 
 //     UNMATCHED past the retry budget) like greedy;
 //  5. a ride without any candidate counts a failed attempt the same way (retry timer with backoff
 //     and a wider radius, whose ride.retry puts it back into the batch);
-//  6. a ride that had candidates but was assigned none waits for the next window
+//  6. a ride that had candidates but was assigned none in any round (every driver within its
+//     largest radius went to other rides of the window) waits for the next window
 //     (lifecycle.DeferToNextWindow: re-joins the batch, UNMATCHED past the retry budget);
 //  7. marks the window done.
 //
@@ -87,12 +91,14 @@ func (f *Function) RunBatch(ctx context.Context, e event.Event) (string, error) 
 // done, and the redelivered event finishes it.
 func (f *Function) Batch(ctx context.Context, name string, deadlineMs int64, ev *lifecycle.EventRef) (rep BatchReport, dup bool, err error) {
 	start := time.Now()
-	var searched, solved time.Time
+	var claimed, solved time.Time
+	var w windowAssignment
 	defer func() {
 		if !dup && rep.Rides > 0 && !solved.IsZero() {
 			f.d.Log.Debug("batch window", "batch", name, "deadline_ms", deadlineMs, "report", rep.String(),
-				"cost_m", rep.AssignedCostM, "late_ms", start.UnixMilli()-deadlineMs, "search_ms", searched.Sub(start).Milliseconds(),
-				"solve_ms", solved.Sub(searched).Milliseconds(), "offer_ms", time.Since(solved).Milliseconds(), "err", err)
+				"cost_m", rep.AssignedCostM, "rounds", w.rounds, "late_ms", start.UnixMilli()-deadlineMs,
+				"claim_ms", claimed.Sub(start).Milliseconds(), "search_ms", w.searchDur.Milliseconds(),
+				"solve_ms", w.solveDur.Milliseconds(), "offer_ms", time.Since(solved).Milliseconds(), "err", err)
 		}
 	}()
 	claim, err := f.lc.ClaimBatch(ctx, name, deadlineMs, ev)
@@ -108,19 +114,18 @@ func (f *Function) Batch(ctx context.Context, name string, deadlineMs int64, ev 
 		return rep, false, err
 	}
 	rep.Open = len(rides)
-	cands, notes, err := f.searchAll(ctx, rides, offered)
+	claimed = time.Now()
+	w, err = f.assignRounds(ctx, rides, offered)
 	if err != nil {
 		return rep, false, err
 	}
-	searched = time.Now()
-	cost, drivers := dispatch.BatchCosts(f.score, cands)
-	asg := dispatch.Assign(cost)
 	solved = time.Now()
-	rep.Assigned, rep.AssignedCostM = asg.Assigned, asg.Cost
+	cands, notes := w.cands, w.notes
+	rep.Assigned, rep.AssignedCostM = w.assigned, w.costM
 	givenTo := map[string]int{} // driver id → the ride index the assignment gave him
-	for i, j := range asg.DriverOf {
-		if j >= 0 {
-			givenTo[drivers[j]] = i
+	for i, d := range w.driver {
+		if d != "" {
+			givenTo[d] = i
 		}
 	}
 	var errs []error
@@ -151,7 +156,7 @@ func (f *Function) Batch(ctx context.Context, name string, deadlineMs int64, ev 
 	// Their drivers are distinct, so their offers do not compete for a lock and run in parallel.
 	var assigned, rest []int
 	for i := range rides {
-		if asg.DriverOf[i] >= 0 {
+		if w.driver[i] != "" {
 			assigned = append(assigned, i)
 		} else {
 			rest = append(rest, i)
@@ -160,7 +165,7 @@ func (f *Function) Batch(ctx context.Context, name string, deadlineMs int64, ev 
 	parallel(len(assigned), func(k int) {
 		i := assigned[k]
 		ride := rides[i]
-		count(f.lc.Match(ctx, ride.ID, lifecycle.RideEvent(ev, ride.ID), f.assignedPick(i, drivers[asg.DriverOf[i]], cands[i], givenTo)))
+		count(f.lc.Match(ctx, ride.ID, lifecycle.RideEvent(ev, ride.ID), f.assignedPick(i, w.driver[i], cands[i], givenTo)))
 	})
 	parallel(len(rest), func(k int) {
 		i := rest[k]
@@ -180,6 +185,104 @@ func (f *Function) Batch(ctx context.Context, name string, deadlineMs int64, ev 
 		return rep, false, errors.Join(errs...)
 	}
 	return rep, false, f.lc.FinishBatch(ctx, name, deadlineMs)
+}
+
+// maxBatchRounds bounds the assignment rounds of one window (assignRounds): each round is at least
+// two pipelined round trips for its rides, and a ride still without a driver after the last one
+// waits for the next window, whose search no longer sees the drivers offered meanwhile.
+const maxBatchRounds = 8
+
+// windowAssignment is what the assignment rounds of one window decided for its rides (same indices
+// as the rides).
+type windowAssignment struct {
+	// cands are each ride's candidates over all rounds, best first (dispatch.Rank); none when no
+	// round found any, notes then saying why (greedy's note).
+	cands [][]dispatch.Candidate
+	notes []string
+	// driver is the driver each ride was assigned, "" for none; no driver twice.
+	driver []string
+	// assigned counts the rides given a driver, costM their total score (metres-equivalent).
+	assigned int
+	costM    float64
+	// rounds is how many rounds ran; searchDur and solveDur the time spent searching and solving.
+	rounds              int
+	searchDur, solveDur time.Duration
+}
+
+// assignRounds assigns the window's rides: the first round searches every ride's candidates
+// (searchAll) and solves the whole window at once (dispatch.Assign). The rides it left without a
+// driver although they had candidates lost them to other rides; each further round searches those
+// rides again with every driver assigned so far left out (so they widen past them, as greedy widens
+// past drivers other offers locked) and solves them among themselves. Rounds stop when one assigns
+// nobody, no ride is left, or after maxBatchRounds. Every round keeps the first rounds' choices, so
+// the optimum among the rides' nearest drivers is kept and only rides that would otherwise wait get
+// drivers further away.
+func (f *Function) assignRounds(ctx context.Context, rides []*dispatch.Ride, offered map[string]map[string]bool) (windowAssignment, error) {
+	w := windowAssignment{
+		cands: make([][]dispatch.Candidate, len(rides)), notes: make([]string, len(rides)),
+		driver: make([]string, len(rides)),
+	}
+	taken := map[string]bool{}
+	todo := make([]int, len(rides))
+	for i := range todo {
+		todo[i] = i
+	}
+	for len(todo) > 0 && w.rounds < maxBatchRounds {
+		w.rounds++
+		sub := make([]*dispatch.Ride, len(todo))
+		for k, i := range todo {
+			sub[k] = rides[i]
+		}
+		t0 := time.Now()
+		cands, notes, err := f.searchAll(ctx, sub, offered, taken)
+		if err != nil {
+			return w, err
+		}
+		t1 := time.Now()
+		cost, drivers := dispatch.BatchCosts(f.score, cands)
+		asg := dispatch.Assign(cost)
+		w.searchDur, w.solveDur = w.searchDur+t1.Sub(t0), w.solveDur+time.Since(t1)
+		w.assigned, w.costM = w.assigned+asg.Assigned, w.costM+asg.Cost
+		next := todo[:0]
+		for k, i := range todo {
+			w.cands[i] = mergeCandidates(f.score, w.cands[i], cands[k])
+			if len(w.cands[i]) == 0 {
+				w.notes[i] = notes[k]
+				continue
+			}
+			if j := asg.DriverOf[k]; j >= 0 {
+				w.driver[i] = drivers[j]
+				taken[drivers[j]] = true
+			} else if len(cands[k]) > 0 {
+				next = append(next, i) // lost its candidates to other rides: search past them
+			}
+		}
+		if asg.Assigned == 0 {
+			break
+		}
+		todo = next
+	}
+	return w, nil
+}
+
+// mergeCandidates returns the candidates of older and newer (a later round's search of the same
+// ride), each driver once (his newer entry), ranked by dispatch.Score.
+func mergeCandidates(p dispatch.ScoreParams, older, newer []dispatch.Candidate) []dispatch.Candidate {
+	if len(older) == 0 {
+		return newer
+	}
+	out := append([]dispatch.Candidate(nil), newer...)
+	have := make(map[string]bool, len(newer))
+	for _, c := range newer {
+		have[c.DriverID] = true
+	}
+	for _, c := range older {
+		if !have[c.DriverID] {
+			out = append(out, c)
+		}
+	}
+	dispatch.Rank(p, out)
+	return out
 }
 
 // batchWorkers bounds the concurrent candidate searches and ride changes of one batch run: enough
@@ -236,12 +339,13 @@ func (f *Function) assignedPick(i int, assigned string, cands []dispatch.Candida
 
 // searchAll runs the greedy candidate search for every ride of a window without locking anyone:
 // for each ride the expanding radii (Radii, widened on retries) until FLAGDOWN_MIN_CANDIDATES
-// eligible drivers are found, its excluded drivers left out, exactly as greedy decides to widen. The
+// eligible drivers are found, its excluded drivers (offered) and the drivers taken by other rides of
+// the window (taken: an earlier round's assignment) left out, exactly as greedy decides to widen. The
 // rides search side by side, one radius step at a time: each step is one pipelined round trip of
 // GEOSEARCHes and one of the candidates' heartbeats and state, whatever the number of rides. It
 // returns each ride's candidates ranked by dispatch.Score (best first), or none and the note greedy
 // would record.
-func (f *Function) searchAll(ctx context.Context, rides []*dispatch.Ride, offered map[string]map[string]bool) ([][]dispatch.Candidate, []string, error) {
+func (f *Function) searchAll(ctx context.Context, rides []*dispatch.Ride, offered map[string]map[string]bool, taken map[string]bool) ([][]dispatch.Candidate, []string, error) {
 	c := f.d.Config
 	cands := make([][]dispatch.Candidate, len(rides))
 	notes := make([]string, len(rides))
@@ -254,7 +358,7 @@ func (f *Function) searchAll(ctx context.Context, rides []*dispatch.Ride, offere
 	for step := 0; len(pending) > 0; step++ {
 		qs := make([]redisstore.NearbyQuery, len(pending))
 		for k, i := range pending {
-			qs[k] = redisstore.NearbyQuery{Center: rides[i].Pickup, RadiusM: radii[i][step], Count: c.SearchCount + len(offered[rides[i].ID])}
+			qs[k] = redisstore.NearbyQuery{Center: rides[i].Pickup, RadiusM: radii[i][step], Count: c.SearchCount + len(offered[rides[i].ID]) + len(taken)}
 		}
 		hits, err := f.d.Redis.NearbyMany(ctx, qs)
 		if err != nil {
@@ -264,7 +368,7 @@ func (f *Function) searchAll(ctx context.Context, rides []*dispatch.Ride, offere
 		seen := map[string]bool{}
 		for k, i := range pending {
 			for _, h := range hits[k] {
-				if !offered[rides[i].ID][h.DriverID] && !seen[h.DriverID] {
+				if !offered[rides[i].ID][h.DriverID] && !taken[h.DriverID] && !seen[h.DriverID] {
 					seen[h.DriverID] = true
 					ids = append(ids, h.DriverID)
 				}
@@ -284,7 +388,7 @@ func (f *Function) searchAll(ctx context.Context, rides []*dispatch.Ride, offere
 			keep := make([]redisstore.GeoHit, 0, len(hits[k]))
 			kinfo := make([]redisstore.DriverInfo, 0, len(hits[k]))
 			for _, h := range hits[k] {
-				if !offered[rides[i].ID][h.DriverID] {
+				if !offered[rides[i].ID][h.DriverID] && !taken[h.DriverID] {
 					keep = append(keep, h)
 					kinfo = append(kinfo, infos[h.DriverID])
 				}

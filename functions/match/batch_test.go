@@ -401,3 +401,63 @@ func TestBatchExcludesDriversWhoDeclined(t *testing.T) {
 	}
 	checkInvariants(t, env)
 }
+
+// crowdedCorner places four riders within 100 m east or west of the origin, three drivers 150–300 m
+// from each of them (every rider's search stops at 250 or 500 m with these three: FLAGDOWN_MIN_CANDIDATES
+// is 3) and one driver 1,500 m north, whom only a search widened to 2,000 m finds. Greedy, one ride
+// after another, offers every ride: the fourth finds the three near drivers locked and widens to the
+// far one.
+func crowdedCorner(t *testing.T, env *fntest.TimeoutEnv) []string {
+	t.Helper()
+	env.Ping(t, "d-near-1", fntest.Offset(pickup, 0, 150))
+	env.Ping(t, "d-near-2", fntest.Offset(pickup, 0, -200))
+	env.Ping(t, "d-near-3", fntest.Offset(pickup, 150, 150))
+	env.Ping(t, "d-far", fntest.Offset(pickup, 1500, 0))
+	var rides []string
+	for k, dx := range []float64{0, 50, -50, 100} {
+		rides = append(rides, env.CreateRide(t, "r-"+strconv.Itoa(k), fntest.Offset(pickup, 0, dx), dropoff))
+	}
+	return rides
+}
+
+func TestBatchRidesLeftOverWidenPastTheWindowsDrivers(t *testing.T) {
+	t.Parallel()
+
+	greedy := fntest.NewTimeoutEnv(t, nil)
+	for _, id := range crowdedCorner(t, greedy) {
+		if got, want := greedy.MatchRide(t, id), match.OutcomeOffered; got != want {
+			t.Fatalf("greedy %s: %q, want %q (the test's world is wrong)", id, got, want)
+		}
+	}
+
+	// Batch must serve as many: the ride the first assignment leaves over lost the near drivers to
+	// the other rides of the window, so it searches past them and gets d-far in the same window
+	// instead of waiting for the next one while he is free.
+	env := batchEnv(t, nil)
+	rides := crowdedCorner(t, env)
+	for _, id := range rides {
+		env.MatchRide(t, id)
+	}
+	got := env.MatchEvent(t, closeWindow(t, env))
+	if want := (match.BatchReport{Rides: 4, Open: 4, Assigned: 4, Offered: 4}).String(); got != want {
+		t.Fatalf("window: %q, want %q", got, want)
+	}
+	drivers := map[string]string{}
+	for _, id := range rides {
+		d := env.OfferedDriver(t, id)
+		if d == "" || drivers[d] != "" {
+			t.Fatalf("ride %s offered %q (offers so far %v): want a driver of its own", id, d, drivers)
+		}
+		drivers[d] = id
+		if got := env.GetRide(t, id)["match_attempts"]; got != 1.0 {
+			t.Errorf("ride %s match_attempts = %v, want 1", id, got)
+		}
+	}
+	if drivers["d-far"] == "" {
+		t.Fatalf("d-far offered no ride: %v", drivers)
+	}
+	if waiting, _, _ := env.D.Redis.BatchWaiting(context.Background(), redisstore.CityBatch); len(waiting) != 0 {
+		t.Errorf("rides still waiting after the window: %v", waiting)
+	}
+	checkInvariants(t, env)
+}
