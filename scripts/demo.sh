@@ -63,8 +63,10 @@ log "demo data: PostgreSQL schema $FLAGDOWN_DB_SCHEMA, Redis prefix $FLAGDOWN_RE
 pick_addr
 BASE_URL="http://$URL_HOST"
 
-step "$BIN migrate"
-"$BIN" migrate
+# Each demo starts from a clean slate: a run left behind (its rides still REQUESTED, their retry
+# timers armed) would otherwise take this run's drivers and skew its figures.
+step "$BIN migrate --fresh  (schema $FLAGDOWN_DB_SCHEMA, prefix $FLAGDOWN_REDIS_PREFIX)"
+"$BIN" migrate --fresh
 
 # Client tokens: flagdown dev and the replay share one HS256 secret; a random one for this run unless
 # FLAGDOWN_JWT_SECRET (or FLAGDOWN_JWKS_URL, which the replay cannot mint for) is set.

@@ -77,3 +77,24 @@ func shellQuote(s string) string {
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
+
+// DropSchema drops schema and everything in it (DROP SCHEMA IF EXISTS … CASCADE), for a clean slate
+// (`flagdown migrate --fresh`). It refuses public, the schema a deployment without
+// FLAGDOWN_DB_SCHEMA keeps its rides in, and a name Open would refuse.
+func DropSchema(ctx context.Context, url, schema string) error {
+	if schema == "" || schema == "public" {
+		return errors.New("pgstore: refusing to drop schema public: set FLAGDOWN_DB_SCHEMA to the schema to start afresh")
+	}
+	if !schemaRe.MatchString(schema) {
+		return fmt.Errorf("pgstore: schema %q must match %s", schema, schemaRe)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("pgstore: connect: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+		return fmt.Errorf("pgstore: drop schema %s: %w", schema, err)
+	}
+	return nil
+}

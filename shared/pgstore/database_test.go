@@ -108,3 +108,34 @@ func TestEnsureDatabaseWithoutPrivilege(t *testing.T) {
 		t.Errorf("%d databases named %s, %v; want none", n, name, err)
 	}
 }
+
+// TestDropSchema: DropSchema removes a schema with its tables and refuses public and bad names.
+func TestDropSchema(t *testing.T) {
+	ctx := context.Background()
+	schema := "drop_" + strings.ToLower(strings.ReplaceAll(testkit.ID(), "-", "_"))
+	db, err := pgstore.Open(ctx, testkit.DatabaseURL(), schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if err := pgstore.DropSchema(ctx, testkit.DatabaseURL(), schema); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, testkit.DatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil || exists {
+		t.Errorf("schema %s exists after DropSchema (%v)", schema, err)
+	}
+	for _, bad := range []string{"", "public", "Robert'); DROP TABLE rides;--"} {
+		if err := pgstore.DropSchema(ctx, testkit.DatabaseURL(), bad); err == nil {
+			t.Errorf("DropSchema(%q): want an error", bad)
+		}
+	}
+}
