@@ -18,6 +18,7 @@ import (
 // benchPlatform adapts a local platform to bench.Platform.
 type benchPlatform struct{ *platform }
 
+// Deps are the platform's dependencies.
 func (p benchPlatform) Deps() *app.Deps { return p.deps }
 
 // benchOptions builds the bench options over cfg with this binary's gateway and platform.

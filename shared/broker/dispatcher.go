@@ -491,6 +491,7 @@ func shorten(err error) string {
 // connection goes back to the pool.
 type drainingTransport struct{ base http.RoundTripper }
 
+// RoundTrip sends req through the wrapped transport and hands back its response with a draining body.
 func (t drainingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
 	if err != nil || resp.Body == nil || resp.Body == http.NoBody {
@@ -502,6 +503,7 @@ func (t drainingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 
 type drainingBody struct{ io.ReadCloser }
 
+// Close reads what is left of the body (up to 64 KiB) before closing it, so the connection can be reused.
 func (b drainingBody) Close() error {
 	_, _ = io.Copy(io.Discard, io.LimitReader(b.ReadCloser, 64<<10))
 	return b.ReadCloser.Close()

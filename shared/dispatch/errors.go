@@ -73,6 +73,7 @@ type Error struct {
 	Err error
 }
 
+// Error is "<code>: <message>", with the wrapped cause after it when there is one.
 func (e *Error) Error() string {
 	if e.Err != nil {
 		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Err)

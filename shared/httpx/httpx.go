@@ -214,6 +214,7 @@ type statusWriter struct {
 	code int
 }
 
+// WriteHeader records code and passes it on.
 func (w *statusWriter) WriteHeader(code int) {
 	if w.code == 0 {
 		w.code = code
@@ -221,6 +222,7 @@ func (w *statusWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// Write records an implicit 200 when no status was written, and passes b on.
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.code == 0 {
 		w.code = http.StatusOK

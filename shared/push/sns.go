@@ -81,6 +81,7 @@ type EndpointError struct {
 	Cause error
 }
 
+// Error is the failure (Err), the endpoint ARN and the cause.
 func (e *EndpointError) Error() string {
 	return fmt.Sprintf("%v (%s): %v", e.Err, e.EndpointARN, e.Cause)
 }
