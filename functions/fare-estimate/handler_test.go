@@ -10,11 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	fareestimate "github.com/flagdown/flagdown/functions/fare-estimate"
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/pgstore"
 )
 
@@ -231,9 +235,14 @@ func TestSurgeShadowChargesOne(t *testing.T) {
 	t.Parallel()
 	env := fntest.NewEnv(t, func(c *config.Config) { surgeOn(c); c.SurgeMode = "shadow" })
 	hotCell(t, env)
+	// The histogram's 1.25 bucket (le=1.25) counts this quote; parallel tests only add to it.
+	before := bucketCount(t, "shadow", 1.25)
 	q := estimate(t, env, "r-1")
 	if num(t, q, "surge_multiplier") != 1 || num(t, q, "surge_computed") != 1.25 || num(t, q, "fare_estimate_cents") != float64(baseFare) {
 		t.Fatalf("shadow estimate: %v", q)
+	}
+	if after := bucketCount(t, "shadow", 1.25); after < before+1 {
+		t.Errorf("flagdown_surge_multiplier{mode=shadow} le=1.25 went from %d to %d, want +1 at least", before, after)
 	}
 	quoteID, _ := q["quote_id"].(string)
 	status, body := fntest.Do(t, env.Order, http.MethodPost, "/", fntest.JSON{"pickup": pickup, "dropoff": dropoff, "quote_id": quoteID},
@@ -318,4 +327,20 @@ func TestAcceptFeedsTheWaitEstimate(t *testing.T) {
 		math.Abs(num(t, q, "est_wait_s")-(d+130)) > 1.5 {
 		t.Fatalf("wait after the accept: %v (match delay %v)", q, d)
 	}
+}
+
+// bucketCount is the cumulative count of flagdown_surge_multiplier{mode} at bucket le.
+func bucketCount(t *testing.T, mode string, le float64) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := metrics.SurgeMultiplier.WithLabelValues(mode).(prometheus.Histogram).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range m.GetHistogram().GetBucket() {
+		if b.GetUpperBound() == le {
+			return b.GetCumulativeCount()
+		}
+	}
+	t.Fatalf("flagdown_surge_multiplier has no bucket le=%v", le)
+	return 0
 }

@@ -111,6 +111,14 @@ var (
 		Help: "Street-hail presses that reached pairing, by side and result (waiting, paired, a conflict reason, error).",
 	}, []string{"side", "result"})
 
+	// SurgeMultiplier is the surge multiplier computed for each fare quote, by surge mode (shadow,
+	// on): what shadow mode would have charged, what on mode charged.
+	SurgeMultiplier = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "flagdown_surge_multiplier",
+		Help:    "Surge multiplier computed per fare quote (a ratio, 1 = no surge), by surge mode (shadow, on).",
+		Buckets: []float64{1, 1.1, 1.25, 1.5, 1.75, 2, 2.5, 3, 4, 5},
+	}, []string{"mode"})
+
 	// PushMessages counts messages to phones by result: posted, gone, failed.
 	PushMessages = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flagdown_push_messages_total",
@@ -135,6 +143,7 @@ var Families = []string{
 	"flagdown_reconcile_repairs_total",
 	"flagdown_pings_total",
 	"flagdown_hail_presses_total",
+	"flagdown_surge_multiplier",
 	"flagdown_push_messages_total",
 	"flagdown_available_drivers",
 	"flagdown_open_rides",
@@ -146,7 +155,7 @@ func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		HTTPRequests, HTTPDuration, MatchOutcomes, MatchDuration, OfferResponses, TimerLateness,
 		OutboxPublished, TriggerDeliveries, TriggerRetries, TriggerDeadLetters, ReconcileRepairs,
-		Pings, HailPresses, PushMessages,
+		Pings, HailPresses, SurgeMultiplier, PushMessages,
 	}
 }
 

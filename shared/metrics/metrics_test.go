@@ -34,6 +34,7 @@ func touchAll() {
 	metrics.ReconcileRepairs.WithLabelValues("lint")
 	metrics.Pings.WithLabelValues("lint")
 	metrics.HailPresses.WithLabelValues("lint", "lint")
+	metrics.SurgeMultiplier.WithLabelValues("lint")
 	metrics.PushMessages.WithLabelValues("lint")
 }
 

@@ -33,6 +33,7 @@ import (
 
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
@@ -139,7 +140,9 @@ func (s *Service) quote(ctx context.Context, riderID string, pickup, dropoff dis
 		m := s.multiplier(ctx, q, rd, update)
 		q.Computed, q.Load = &m, rd.Load
 		q.Multiplier = dispatch.Charged(s.mode, m)
-		if s.mode == dispatch.SurgeShadow {
+		metrics.SurgeMultiplier.WithLabelValues(string(s.mode)).Observe(m)
+		if s.mode == dispatch.SurgeShadow && m > 1 {
+			// A surge shadow mode did not charge; every quote's multiplier is in the metric.
 			s.log.Info("surge shadow", "cell", q.Cell, "multiplier", m, "supply", rd.Load.Supply, "demand", rd.Load.Demand)
 		}
 	}
