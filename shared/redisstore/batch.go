@@ -61,9 +61,10 @@ var joinScript = redis.NewScript(redisNowMs + `
 for i = 3, #ARGV do redis.call('ZADD', KEYS[1], 'NX', now, ARGV[i]) end
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 local timer = ARGV[2] .. now
-redis.call('SET', timer, now, 'PX', ARGV[1])
-redis.call('SET', KEYS[2], timer, 'PX', ARGV[1])
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[1]), timer)
+local deadline = now + tonumber(ARGV[1])
+redis.call('SET', timer, now, 'PXAT', deadline)
+redis.call('SET', KEYS[2], timer, 'PXAT', deadline)
+redis.call('ZADD', KEYS[3], deadline, timer)
 return 1
 `)
 

@@ -177,7 +177,7 @@ func (s *Store) DriverInfos(ctx context.Context, ids []string) ([]DriverInfo, er
 	return out, nil
 }
 
-// lockScript takes a driver's offer lock (SET NX PX) only if he is still eligible, checked in the
+// lockScript takes a driver's offer lock (SET NX PXAT, its deadline exactly as indexed) only if he is still eligible, checked in the
 // same atomic step: heartbeat alive, status available, no ride, no street-hail pairing in progress
 // (field hailhold, a deadline on Redis's clock, see Hail). Only if it got the lock does it take
 // him out of the GEO set (so concurrent searches stop finding him) and index the lock's deadline on
@@ -188,9 +188,10 @@ if redis.call('EXISTS', KEYS[5]) == 0 then return -1 end
 local st = redis.call('HMGET', KEYS[4], 'status', 'ride', 'hailhold')
 if st[1] ~= 'available' or (st[2] and st[2] ~= '') then return -1 end
 if st[3] and tonumber(st[3]) > now then return 0 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local deadline = now + tonumber(ARGV[2])
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', deadline) then
   redis.call('ZREM', KEYS[2], ARGV[3])
-  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), KEYS[1])
+  redis.call('ZADD', KEYS[3], deadline, KEYS[1])
   return 1
 end
 return 0

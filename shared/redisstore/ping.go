@@ -69,9 +69,9 @@ local lastTs = tonumber(cur[1])
 local status = cur[4] or 'offline'
 local ride = cur[5] or ''
 local offer = redis.call('GET', KEYS[4])
-redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[8])
-redis.call('ZADD', KEYS[5], now + tonumber(ARGV[8]), KEYS[2])
 local hbdl = now + tonumber(ARGV[8])
+redis.call('SET', KEYS[2], ARGV[4], 'PXAT', hbdl)
+redis.call('ZADD', KEYS[5], hbdl, KEYS[2])
 if lastTs and ts <= lastTs then
   redis.call('HSET', KEYS[1], 'hbdl', hbdl)
   redis.call('PEXPIRE', KEYS[1], ARGV[13])

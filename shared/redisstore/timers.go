@@ -69,11 +69,14 @@ func (s *Store) Prefix() string { return s.prefix }
 // retryKey is the retry timer of a ride.
 func (s *Store) retryKey(rideID string) string { return s.prefix + "retry:" + rideID }
 
-// setTimerScript sets a timer key with a TTL and indexes its deadline (Redis's clock + TTL).
-// KEYS: timer, deadlines. ARGV: value, TTL ms.
+// setTimerScript sets a timer key to expire at its deadline (Redis's clock + TTL, PXAT) and
+// indexes that same deadline, so the index score is exactly the key's PEXPIRETIME (the expiry
+// source's event id rests on it; a relative PX would read the clock again and can land 1 ms
+// later). KEYS: timer, deadlines. ARGV: value, TTL ms.
 var setTimerScript = redis.NewScript(redisNowMs + `
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), KEYS[1])
+local deadline = now + tonumber(ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1], 'PXAT', deadline)
+redis.call('ZADD', KEYS[2], deadline, KEYS[1])
 return 1
 `)
 
