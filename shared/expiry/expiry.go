@@ -162,6 +162,27 @@ type Source struct {
 
 	published, swept, skipped, touched, reconnects, errs atomic.Uint64
 	gapMicros                                            atomic.Int64
+
+	// hook, nil outside tests, is called at the named points of the handling paths (see the hook*
+	// constants) so that a test can hold one copy of the source there while another runs.
+	hook func(point, key string)
+}
+
+// Points of the handling paths where Source.hook is called.
+const (
+	// hookSweepRead: the sweeper has read its overdue entries, before it touches their keys.
+	hookSweepRead = "sweep:read"
+	// hookSweepCorrect: the sweeper found key alive with a later expiry, before it corrects the index.
+	hookSweepCorrect = "sweep:correct"
+	// hookPublish: the deadline of key's expiry is decided, before the event is published.
+	hookPublish = "publish"
+)
+
+// at calls the test hook, if any.
+func (s *Source) at(point, key string) {
+	if s.hook != nil {
+		s.hook(point, key)
+	}
 }
 
 // New returns a source over store's client, prefix and deadline set, publishing with publish.
@@ -264,7 +285,7 @@ func (s *Source) Run(ctx context.Context) error {
 				case <-ctx.Done():
 					return
 				case key := <-work:
-					s.handle(ctx, key)
+					s.handle(ctx, key, false)
 				}
 			}
 		})
@@ -481,8 +502,8 @@ func keyIDAttr(kind redisstore.KeyKind, id string) slog.Attr {
 	return logging.DriverID(id)
 }
 
-// handle acts on one expired notification.
-func (s *Source) handle(ctx context.Context, key string) {
+// handle acts on one expired notification (swept: found gone by the sweeper).
+func (s *Source) handle(ctx context.Context, key string, swept bool) {
 	kind, id, ok := redisstore.ParseTimedKey(s.prefix, key)
 	if !ok {
 		return
@@ -497,7 +518,7 @@ func (s *Source) handle(ctx context.Context, key string) {
 		s.skipped.Add(1)
 		return
 	}
-	_ = s.emit(ctx, key, kind, id, d, false)
+	_ = s.emit(ctx, key, kind, id, d, swept)
 }
 
 // emit publishes the expired event of key and, once acknowledged, retires its index entry. The
@@ -510,6 +531,7 @@ func (s *Source) emit(ctx context.Context, key string, kind redisstore.KeyKind, 
 		s.errs.Add(1)
 		return err
 	}
+	s.at(hookPublish, key)
 	ctx, span := tracing.StartPublish(ctx, &e)
 	defer func() { tracing.End(span, err) }()
 	if s.opt.Keys != nil {
@@ -615,6 +637,7 @@ func (s *Source) Sweep(ctx context.Context) (int, error) {
 	if err != nil || len(overdue) == 0 {
 		return 0, err
 	}
+	s.at(hookSweepRead, "")
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(overdue))
 	for i, z := range overdue {
@@ -637,6 +660,7 @@ func (s *Source) Sweep(ctx context.Context) (int, error) {
 		kind, id, ok := redisstore.ParseTimedKey(s.prefix, key)
 		switch {
 		case at > 0:
+			s.at(hookSweepCorrect, key)
 			fix.ZAddArgs(ctx, s.dk, redis.ZAddArgs{XX: true, GT: true, Members: []redis.Z{{Score: float64(at), Member: key}}})
 		case at == -1 || !ok:
 			dropScript.Eval(ctx, fix, []string{s.dk}, key, d)
