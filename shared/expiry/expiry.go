@@ -20,11 +20,17 @@
 //     Redis's clock) and sends PEXPIRETIME for each in one pipelined round trip. Touching a key that
 //     is logically expired makes Redis delete it now, so the notification fires on time. A key found
 //     absent is published by the sweeper itself (Swept: true) — a notification still on its way or
-//     one that was lost; a key with a later TTL gets its score corrected (ZADD XX GT); a key without
-//     TTL any more is dropped from the index.
+//     one that was lost; a live key with a later expire time gets its score corrected; a key
+//     without TTL any more is dropped from the index.
 //
 // Both paths use the same event id, a UUIDv5 of (key, D) (see EventID), and the fixed source
-// /flagdown/expiry-source. The broker publishes with the id as Nats-Msg-Id, so JetStream stores one
+// /flagdown/expiry-source. D must be the same number on every path and in every copy, so it rests
+// on three rules: the writers set a timed key's expiry with PXAT to the very deadline they index
+// (never a relative PX, whose second clock read lands 1 ms later now and then); both paths read D
+// from the index (or its tombstone) only after they saw the key gone, the sweeper included, so a
+// deadline read while the key still lived is never used; and the sweeper's correction of an entry
+// to a later expire time is one script that first checks the key still lives with that expire
+// time, so an entry never changes once its key is gone. The broker publishes with the id as Nats-Msg-Id, so JetStream stores one
 // event per expiry, and consumers are idempotent on (source, id) beyond the duplicate window. That
 // is also why several copies of the source may run at once (production may run two for
 // availability): each expiry still has one effect. Only a key without an indexed deadline (D = 0,
@@ -502,7 +508,11 @@ func keyIDAttr(kind redisstore.KeyKind, id string) slog.Attr {
 	return logging.DriverID(id)
 }
 
-// handle acts on one expired notification (swept: found gone by the sweeper).
+// handle acts on one timed key seen gone: by its expired notification, or by the sweeper (swept).
+// Both paths decide the event's deadline here, from the index (or its tombstone) read after the key
+// was seen gone: the index of a key changes only while the key lives (a writer re-arming it, or
+// the sweeper's correctScript, which checks the key's own expire time in the same atomic step), so every copy
+// and every path reading it afterwards reads the same deadline, and computes the same event id.
 func (s *Source) handle(ctx context.Context, key string, swept bool) {
 	kind, id, ok := redisstore.ParseTimedKey(s.prefix, key)
 	if !ok {
@@ -574,6 +584,15 @@ if s and tonumber(s) == tonumber(ARGV[2]) then redis.call('ZREM', KEYS[1], ARGV[
 redis.call('ZADD', KEYS[2], 'GT', ARGV[2], ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return 1
+`)
+
+// correctScript moves a key's index entry to its later expire time only while the key still lives
+// with that expire time (checked in the same atomic step): once a key is gone its index entry
+// never changes again, so a copy that saw it alive cannot re-date an expiry another copy is
+// publishing. KEYS: deadlines, key. ARGV: key, expire time (unix ms). Returns 1 when corrected.
+var correctScript = redis.NewScript(`
+if redis.call('PEXPIRETIME', KEYS[2]) ~= tonumber(ARGV[2]) then return 0 end
+return redis.call('ZADD', KEYS[1], 'XX', 'GT', ARGV[2], ARGV[1])
 `)
 
 // dropScript is compare-and-ZREM. KEYS: deadlines. ARGV: key, score.
@@ -657,18 +676,18 @@ func (s *Source) Sweep(ctx context.Context) (int, error) {
 		if err != nil {
 			continue
 		}
-		kind, id, ok := redisstore.ParseTimedKey(s.prefix, key)
+		_, _, ok := redisstore.ParseTimedKey(s.prefix, key)
 		switch {
 		case at > 0:
 			s.at(hookSweepCorrect, key)
-			fix.ZAddArgs(ctx, s.dk, redis.ZAddArgs{XX: true, GT: true, Members: []redis.Z{{Score: float64(at), Member: key}}})
+			correctScript.Eval(ctx, fix, []string{s.dk, key}, key, at)
 		case at == -1 || !ok:
 			dropScript.Eval(ctx, fix, []string{s.dk}, key, d)
-		default: // -2: gone
+		default: // -2: gone; its deadline is read again after this sighting (see handle)
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				_ = s.emit(ctx, key, kind, id, d, true)
+				s.handle(ctx, key, true)
 			})
 		}
 	}
