@@ -66,6 +66,7 @@ package expiry
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -575,32 +576,22 @@ func (s *Source) emit(ctx context.Context, key string, kind redisstore.KeyKind, 
 	return nil
 }
 
-// retireScript removes an index entry only if its score is still the published deadline, and
-// remembers the deadline in the tombstone set. KEYS: deadlines, fired. ARGV: key, deadline ms,
-// tombstone retention ms.
-var retireScript = redis.NewScript(`
-local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if s and tonumber(s) == tonumber(ARGV[2]) then redis.call('ZREM', KEYS[1], ARGV[1]) end
-redis.call('ZADD', KEYS[2], 'GT', ARGV[2], ARGV[1])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return 1
-`)
+// The scripts, one .lua file each under scripts/ (each names its KEYS and ARGV in its header).
+var (
+	//go:embed scripts/retire.lua
+	retireLua string
+	//go:embed scripts/correct.lua
+	correctLua string
+	//go:embed scripts/drop.lua
+	dropLua string
 
-// correctScript moves a key's index entry to its later expire time only while the key still lives
-// with that expire time (checked in the same atomic step): once a key is gone its index entry
-// never changes again, so a copy that saw it alive cannot re-date an expiry another copy is
-// publishing. KEYS: deadlines, key. ARGV: key, expire time (unix ms). Returns 1 when corrected.
-var correctScript = redis.NewScript(`
-if redis.call('PEXPIRETIME', KEYS[2]) ~= tonumber(ARGV[2]) then return 0 end
-return redis.call('ZADD', KEYS[1], 'XX', 'GT', ARGV[2], ARGV[1])
-`)
-
-// dropScript is compare-and-ZREM. KEYS: deadlines. ARGV: key, score.
-var dropScript = redis.NewScript(`
-local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if s and tonumber(s) == tonumber(ARGV[2]) then return redis.call('ZREM', KEYS[1], ARGV[1]) end
-return 0
-`)
+	// retireScript retires a published expiry's index entry and tombstones its deadline.
+	retireScript = redis.NewScript(retireLua)
+	// correctScript moves an entry to its live key's later expire time.
+	correctScript = redis.NewScript(correctLua)
+	// dropScript is compare-and-ZREM of an entry.
+	dropScript = redis.NewScript(dropLua)
+)
 
 // sweepNow asks the sweeper for an immediate round (after a re-subscription).
 func (s *Source) sweepNow() {
