@@ -180,7 +180,7 @@ func TestBatchWindowRunsOnce(t *testing.T) {
 	// its claim and resumes it (as after a crash). Racing runs never offer a ride twice and never
 	// lose one: each ride is offered once, or (when the other run took its driver first) deferred
 	// to the next window, where it waits. What racing runs do not keep is the window's optimal
-	// pairing; an exclusive lease on the claim would (README "Batch matching", left).
+	// pairing; an exclusive lease on the claim would (docs/matching.md "Batch matching", left).
 	waiting, _, err := env.D.Redis.BatchWaiting(context.Background(), redisstore.CityBatch)
 	if err != nil {
 		t.Fatal(err)

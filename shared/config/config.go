@@ -1,5 +1,5 @@
 // Package config reads flagdown's configuration from environment variables into one struct.
-// Every variable is listed in the README's configuration table; durations use Go syntax (15s, 500ms).
+// Every variable is listed in the configuration table of docs/configuration.md; durations use Go syntax (15s, 500ms).
 package config
 
 import (
