@@ -61,7 +61,8 @@ type Function struct {
 
 // New returns the function over d.
 func New(d *app.Deps) *Function {
-	f := &Function{d: d, m: matching.New(d.Redis, lifecycle.New(d, Source), d.Log, matching.ParamsFrom(d.Config))}
+	lc := lifecycle.New(d, Source)
+	f := &Function{d: d, m: matching.New(d.Redis, lc, d.Log, matching.ParamsFrom(d.Config))}
 	f.h = app.EventHandler(d, Consumer, Triggers, f.Handle)
 	return f
 }

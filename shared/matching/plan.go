@@ -28,8 +28,8 @@ type Plan struct {
 }
 
 // Planner assigns drivers to the rides of one batch window round. Implementations are pure: they
-// read nothing but in. LeastTotalScore is batch mode's; a mode that weighs rides by how long they
-// have waited (issue 21's auto mode) is another.
+// read nothing but in. LeastTotalScore is batch mode's; one that weighs rides by how long they have
+// waited, for a mode choosing per area between greedy and batch, would be another.
 type Planner interface {
 	Plan(in Input) Plan
 }
