@@ -34,7 +34,7 @@ func (r BatchReport) String() string {
 
 // RunWindow runs the window of batch name that closed at deadlineMs (Unix ms), triggered by ev:
 //
-//  1. claims the window's rides (lifecycle ClaimBatch: once per window; dup true when it was run);
+//  1. claims the window's rides (Lifecycle ClaimBatch: once per window; dup true when it was run);
 //  2. reads those still to match (REQUESTED, no live offer) and finds each one's candidates with the
 //     candidate search (radius by radius until widen stops it, drivers already offered the ride
 //     excluded), without locking anyone, all rides in the same pipelined round trips (searchAll);
@@ -43,7 +43,7 @@ func (r BatchReport) String() string {
 //     past the drivers it gave to other rides (wider, as greedy widens past drivers other offers
 //     took) and are planned among themselves, round after round, until no round assigns anyone or
 //     none is left (planRounds);
-//  4. offers each assigned ride its driver as greedy does, through lifecycle Match under the offer
+//  4. offers each assigned ride its driver as greedy does, through Lifecycle Match under the offer
 //     lock (lockCandidate, on batchWorkers goroutines: their drivers are distinct); a ride whose
 //     driver's lock is lost (another offer, he went away) falls back to its next-best candidate
 //     that the window gave to no other ride (fallbackOrder), and with none left counts a failed
@@ -51,7 +51,7 @@ func (r BatchReport) String() string {
 //  5. a ride without any candidate counts a failed attempt the same way (retry timer with backoff
 //     and a wider radius, whose ride.retry puts it back into the batch);
 //  6. a ride that had candidates but was assigned none in any round (every driver within its
-//     largest radius went to other rides of the window) waits for the next window (lifecycle
+//     largest radius went to other rides of the window) waits for the next window (Lifecycle
 //     DeferToNextWindow: re-joins the batch, UNMATCHED past the retry budget);
 //  7. marks the window done.
 //

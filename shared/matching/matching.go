@@ -19,7 +19,7 @@
 // lock script re-checks eligibility atomically; PostgreSQL then confirms the driver holds no active
 // ride); when every candidate was taken by another offer it widens past them.
 //
-// Batch (batch.go): a ride event only puts the ride into the city's batch (lifecycle.JoinBatch);
+// Batch (batch.go): a ride event only puts the ride into the city's batch (Lifecycle JoinBatch);
 // the closed window's run (RunWindow) searches every ride's candidates without locking anyone, and
 // a Planner (plan.go) assigns drivers to rides over that pure Input, round after round (rides left
 // over search again past the drivers given to others); then each assigned ride is offered its
@@ -116,7 +116,7 @@ type Result struct {
 }
 
 // MatchRide handles one ride event ev for rideID: in greedy mode one match attempt through
-// lifecycle Match with the greedy search (outcomes lifecycle.MatchOffered, MatchNoDriver,
+// Lifecycle Match with the greedy search (outcomes lifecycle.MatchOffered, MatchNoDriver,
 // MatchUnmatched, MatchDuplicate, MatchNotNeeded); in batch mode the ride joins the next window
 // (OutcomeJoined). joinsWindow is where the choice between the two is made, per ride.
 func (m *Matcher) MatchRide(ctx context.Context, rideID string, ev *lifecycle.EventRef) (Result, error) {
