@@ -139,7 +139,7 @@ type Config struct {
 	RetryBudget time.Duration `env:"FLAGDOWN_RETRY_BUDGET" envDefault:"3m"`
 	// MatchMode is how rides are matched: MatchGreedy (each ride on its own, as its event arrives) or
 	// MatchBatch (the rides to match within BatchWindow are assigned together, at the least total
-	// score; see functions/match).
+	// score; see shared/matching).
 	MatchMode string `env:"FLAGDOWN_MATCH_MODE" envDefault:"greedy"`
 	// BatchWindow is, in batch mode, how long the first ride of a batch waits for others before the
 	// batch is assigned (the batch timer's TTL); shorter than ReconcileGrace (Validate).
