@@ -180,9 +180,8 @@ func CheckPrefix(rdb redis.UniversalClient, prefix string) error {
 		"every key of a city must hash to one slot (one tag per city)", prefix, "flagdown:{nyc}:")
 }
 
-// nowScript reads the clock (TIME) of the shard holding KEYS[1], which it declares only so that a
-// cluster routes it there.
-var nowScript = redis.NewScript(`return redis.call('TIME')`)
+// nowScript reads the clock of the shard holding the store's keys (scripts/time.lua).
+var nowScript = loadScript("time.lua")
 
 // Now returns Redis's clock on the server holding the store's keys (on a cluster, the shard of the
 // prefix's hash tag: the clock its scripts stamp deadlines with). Errors are CodeUnavailable.
