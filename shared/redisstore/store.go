@@ -43,6 +43,9 @@
 // through ApplyAssignment, compare-and-set on the epoch PostgreSQL gave the change (see
 // dispatch.Effects). Scripts that stamp times or deadlines use Redis's clock (TIME), never the host's.
 //
+// The Lua scripts are files under scripts/, embedded (see scriptFiles): each names its KEYS, ARGV
+// and reply in its header; who belongs in the available set is written once, in available.lua.
+//
 // Ids that an expiry must act on (driver, ride) are in the key names, as the design notes require.
 package redisstore
 
