@@ -104,7 +104,7 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (f *Function) internal(fn func(w http.ResponseWriter, r *http.Request, connID string) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		httpx.Serve(w, r, f.d.Log, http.MethodPost, func() (int, any, error) {
-			if err := f.d.Internal().VerifyRequest(r); err != nil {
+			if err := f.d.InternalTokens().VerifyRequest(r); err != nil {
 				return 0, nil, err
 			}
 			id := r.Header.Get(HeaderConnectionID)
