@@ -127,7 +127,7 @@ var (
 
 	// EventsRefused counts events a consumer refused before acting, by function and reason
 	// (shared/internalauth: unsigned, malformed_signature, unknown_key, bad_signature, too_old,
-	// future_time).
+	// future_time; not_configured when the function has no verification keys).
 	EventsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flagdown_events_refused_total",
 		Help: "Events refused by their signature or age before any effect, by function and reason.",
