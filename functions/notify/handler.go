@@ -9,9 +9,9 @@
 //	POST /function/notify/message     the gateway's $default integration: {"action":"sync"} pushes
 //	                                   the caller's current state to that connection again
 //
-// All four are internal: the CloudEvent must carry the internal signature (shared/internalauth), the
-// gateway's calls Authorization: Bearer <internal secret>, a static header of the gateway's HTTP
-// integrations. The client's own token travels in X-Flagdown-Client-Token (from its upgrade
+// All four are internal: the CloudEvent must carry the signature of flagdown's publishers
+// (shared/internalauth), the gateway's calls Authorization: Bearer <internal token>
+// (FLAGDOWN_INTERNAL_TOKEN), a static header of the gateway's HTTP integrations. The client's own token travels in X-Flagdown-Client-Token (from its upgrade
 // request's Authorization header or access_token query parameter) and is verified at connect
 // exactly as the HTTP API verifies it (shared/auth); the connection then belongs to the token's
 // role and subject, and nothing addressed to anyone else is ever posted to it.
