@@ -16,9 +16,9 @@ func newCronCmd() *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "cron",
-		Short: "Call an internal endpoint once with the internal credential (the reconcile CronJob)",
-		Long: `POSTs an empty body to --url with Authorization: Bearer <FLAGDOWN_INTERNAL_SECRET> (env, or the
-secret file flagdown-internal-secret; the first secret during a rotation), prints the answer and
+		Short: "Call an internal endpoint once with the internal token (the reconcile CronJob)",
+		Long: `POSTs an empty body to --url with Authorization: Bearer <FLAGDOWN_INTERNAL_TOKEN> (env, or the
+secret file flagdown-internal-token; the first token during a rotation), prints the answer and
 exits with status 1 unless it is 2xx. The CronJob flagdown-reconcile-cron of deploy/openfaas and
 deploy/knative runs it every minute against reconcile: neither the OpenFaaS cron-connector nor a
 Knative PingSource can send a credential from a Secret.`,
@@ -27,7 +27,7 @@ Knative PingSource can send a credential from a Secret.`,
 			if err != nil {
 				return err
 			}
-			keys, err := signingKeys(cfg)
+			keys, err := internalTokens(cfg)
 			if err != nil {
 				return err
 			}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -46,8 +44,11 @@ relay and the Redis expiry source, calls the reconcile function every FLAGDOWN_R
 creates the database DATABASE_URL names when it is missing (through the server's
 maintenance database postgres) and applies migrations on start. Client tokens are verified with FLAGDOWN_JWT_SECRET (or
 FLAGDOWN_JWKS_URL); with neither set a random secret is generated for the run and logged with the
-flagdown token command that mints tokens for it. The relay and the expiry source sign events and the cron
-authorizes its calls with FLAGDOWN_INTERNAL_SECRET, a random one for the run when it is unset.
+flagdown token command that mints tokens for it. The relay and the expiry source sign events with
+FLAGDOWN_EVENT_SIGNING_KEY and the functions verify them with FLAGDOWN_EVENT_VERIFY_KEYS (a key pair
+generated for the run when neither is set; the signing key's own public key when only it is set);
+the cron and the WebSocket gateway authorize their calls with FLAGDOWN_INTERNAL_TOKEN, a random one
+for the run when it is unset.
 It also runs a local AWS API Gateway WebSocket API: phones connect to ws://<addr>/ws, functions push
 through its management API at http://<addr>/local/@connections/ (FLAGDOWN_PUSH_ENDPOINT when unset),
 signed with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (a random pair for the run when unset), and its
@@ -163,13 +164,7 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 	if err := ensureTokenSecret(cfg, log); err != nil {
 		return nil, err
 	}
-	if cfg.InternalSecret == "" {
-		if cfg.InternalSecret, err = randomSecret(); err != nil {
-			return nil, err
-		}
-		log.Info("no " + internalauth.Variable + " set: using a random internal secret for this run")
-	}
-	keys, err := internalauth.Parse(cfg.InternalSecret)
+	signer, tokens, err := ensureInternalKeys(cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +182,7 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 	}
 	mux := http.NewServeMux()
 	var pushClient *push.Management
-	if p.push, pushClient, err = startPushGateway(cfg, p.Addr(), keys, mux, log); err != nil {
+	if p.push, pushClient, err = startPushGateway(cfg, p.Addr(), tokens, mux, log); err != nil {
 		return nil, err
 	}
 	if p.deps, err = app.Open(ctx, cfg, log); err != nil {
@@ -241,10 +236,10 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 	if p.disp, err = broker.NewDispatcher(p.broker, triggers, cfg.TriggerMaxDeliver, nil, log); err != nil {
 		return nil, err
 	}
-	relay := outbox.New(p.deps.DB, p.broker.Publish, outbox.Options{PollInterval: cfg.RelayPollInterval, Log: log, Keys: keys})
-	expirySource := expiry.New(p.deps.Redis, p.broker.Publish, expiry.Options{SweepInterval: cfg.ExpirySweepInterval, Log: log, Keys: keys})
+	relay := outbox.New(p.deps.DB, p.broker.Publish, outbox.Options{PollInterval: cfg.RelayPollInterval, Log: log, Keys: signer})
+	expirySource := expiry.New(p.deps.Redis, p.broker.Publish, expiry.Options{SweepInterval: cfg.ExpirySweepInterval, Log: log, Keys: signer})
 	reconcileCron := func(ctx context.Context) error {
-		return cron(ctx, "http://"+p.Addr()+"/function/reconcile", cfg.ReconcileInterval, keys, log)
+		return cron(ctx, "http://"+p.Addr()+"/function/reconcile", cfg.ReconcileInterval, tokens, log)
 	}
 	for name, run := range map[string]func(context.Context) error{
 		"triggers": p.disp.Run, "outbox relay": relay.Run, "expiry source": expirySource.Run, "reconcile cron": reconcileCron,
@@ -261,14 +256,41 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 	return p, nil
 }
 
-// randomSecret returns 32 random bytes in hex: the internal secret of a flagdown dev run that was
-// given none (its relay, expiry source, cron and functions share it; nothing else knows it).
-func randomSecret() (string, error) {
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("internal secret: %w", err)
+// ensureInternalKeys completes cfg's internal credentials for a flagdown dev run and returns the
+// signer of its relay and expiry source and the token of its cron and gateway. With neither
+// FLAGDOWN_EVENT_SIGNING_KEY nor FLAGDOWN_EVENT_VERIFY_KEYS set it generates a key pair for the run
+// (nothing outside the process knows the private key, and cfg, which the in-process functions
+// share, never holds it); with only the signing key set the functions
+// accept its public key; verify keys without a signing key cannot sign anything the functions
+// accept, and are refused. Without FLAGDOWN_INTERNAL_TOKEN a random token is used. Nothing secret is
+// logged.
+func ensureInternalKeys(cfg *config.Config, log *slog.Logger) (*internalauth.Signer, *internalauth.Tokens, error) {
+	signer, err := internalauth.ParseSigner(cfg.EventSigningKey)
+	if err != nil {
+		return nil, nil, err
 	}
-	return hex.EncodeToString(b[:]), nil
+	switch {
+	case !signer.Configured() && cfg.EventVerifyKeys != "":
+		return nil, nil, fmt.Errorf("%s is set but %s is not: flagdown dev signs its own events; set both or neither",
+			internalauth.VerifyKeysVariable, internalauth.SigningKeyVariable)
+	case !signer.Configured():
+		if signer, err = internalauth.GenerateSigner("dev-" + time.Now().UTC().Format("20060102T150405")); err != nil {
+			return nil, nil, err
+		}
+		log.Info("no "+internalauth.SigningKeyVariable+" set: signing events with a key pair generated for this run", "key_id", signer.KeyID())
+	}
+	if cfg.EventVerifyKeys == "" {
+		cfg.EventVerifyKeys = signer.VerifyKey()
+	}
+	if cfg.InternalToken == "" {
+		cfg.InternalToken = internalauth.GenerateToken()
+		log.Info("no " + internalauth.TokenVariable + " set: using a random internal token for this run")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	tokens, err := internalauth.ParseTokens(cfg.InternalToken)
+	return signer, tokens, err
 }
 
 // Addr is the gateway's listen address (host:port).

@@ -36,7 +36,7 @@ func notifyIntegration(addr, route string) string {
 // push with (the same aws-sdk-go-v2-signed client as in AWS, given that pair instead of the
 // credential chain, so several platforms in one process never share credentials through the
 // environment), or nil when FLAGDOWN_PUSH_ENDPOINT names another endpoint.
-func startPushGateway(cfg *config.Config, addr string, keys *internalauth.Keys, mux *http.ServeMux, log *slog.Logger) (*wsgateway.Gateway, *push.Management, error) {
+func startPushGateway(cfg *config.Config, addr string, keys *internalauth.Tokens, mux *http.ServeMux, log *slog.Logger) (*wsgateway.Gateway, *push.Management, error) {
 	region := os.Getenv("AWS_REGION")
 	if region == "" {
 		region = defaultLocalRegion

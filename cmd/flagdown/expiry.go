@@ -27,7 +27,7 @@ Prometheus metrics; traces go to the OTLP endpoint of the OTEL_* environment whe
 			if err != nil {
 				return err
 			}
-			keys, err := signingKeys(cfg)
+			keys, err := eventSigner(cfg)
 			if err != nil {
 				return err
 			}

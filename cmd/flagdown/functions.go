@@ -51,9 +51,9 @@ var functionSet = []struct {
 }
 
 // cron calls url with POST every interval until ctx ends, like the flagdown-reconcile-cron CronJob
-// of a cluster (`flagdown cron`), with the internal credential of keys (Authorization: Bearer);
+// of a cluster (`flagdown cron`), with the internal token of keys (Authorization: Bearer);
 // failures are logged and the next tick tries again.
-func cron(ctx context.Context, url string, interval time.Duration, keys *internalauth.Keys, log *slog.Logger) error {
+func cron(ctx context.Context, url string, interval time.Duration, keys *internalauth.Tokens, log *slog.Logger) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -72,9 +72,9 @@ func cron(ctx context.Context, url string, interval time.Duration, keys *interna
 	}
 }
 
-// callInternal POSTs an empty body to url with the internal credential of keys and returns the
+// callInternal POSTs an empty body to url with the internal token of keys and returns the
 // status and the first 4 KiB of the answer.
-func callInternal(ctx context.Context, hc *http.Client, url string, keys *internalauth.Keys) (int, []byte, error) {
+func callInternal(ctx context.Context, hc *http.Client, url string, keys *internalauth.Tokens) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
 	if err != nil {
 		return 0, nil, err

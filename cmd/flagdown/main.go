@@ -29,7 +29,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDevCmd(), newMigrateCmd(), newReplayCmd(), newExpirySourceCmd(), newRelayCmd(), newVerifyCmd(), newChaosCmd(), newCronCmd(), newTokenCmd(), newBenchCmd())
+	root.AddCommand(newDevCmd(), newMigrateCmd(), newReplayCmd(), newExpirySourceCmd(), newRelayCmd(), newVerifyCmd(), newChaosCmd(), newCronCmd(), newTokenCmd(), newBenchCmd(), newKeygenCmd())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := root.ExecuteContext(ctx); err != nil {

@@ -34,17 +34,31 @@ func eventPublisher(ctx context.Context, cfg *config.Config) (broker.PublishFunc
 	return b.Publish, b.Close, "nats " + cfg.NATSURL + " stream " + cfg.NATSStream, nil
 }
 
-// signingKeys returns the internal credential the relay and the expiry source sign events with. It
-// is required: consumers refuse unsigned events, so publishing without it would only fill the
-// dead-letter stream.
-func signingKeys(cfg *config.Config) (*internalauth.Keys, error) {
-	keys, err := internalauth.Parse(cfg.InternalSecret)
+// eventSigner returns the private key the relay and the expiry source sign events with
+// (FLAGDOWN_EVENT_SIGNING_KEY). It is required: consumers refuse unsigned events, so publishing
+// without it would only fill the dead-letter stream.
+func eventSigner(cfg *config.Config) (*internalauth.Signer, error) {
+	s, err := internalauth.ParseSigner(cfg.EventSigningKey)
 	if err != nil {
 		return nil, err
 	}
-	if !keys.Configured() {
-		return nil, fmt.Errorf("set %s (env, or the secret file %s): the functions refuse unsigned events",
-			internalauth.Variable, config.SecretFileName(internalauth.Variable))
+	if !s.Configured() {
+		return nil, fmt.Errorf("set %s (env, or the secret file %s; `flagdown keygen` makes one): the functions refuse unsigned events",
+			internalauth.SigningKeyVariable, config.SecretFileName(internalauth.SigningKeyVariable))
 	}
-	return keys, nil
+	return s, nil
+}
+
+// internalTokens returns the bearer token internal calls that are not events carry
+// (FLAGDOWN_INTERNAL_TOKEN); it is required by the commands that make such calls.
+func internalTokens(cfg *config.Config) (*internalauth.Tokens, error) {
+	t, err := internalauth.ParseTokens(cfg.InternalToken)
+	if err != nil {
+		return nil, err
+	}
+	if !t.Configured() {
+		return nil, fmt.Errorf("set %s (env, or the secret file %s): internal endpoints refuse calls without it",
+			internalauth.TokenVariable, config.SecretFileName(internalauth.TokenVariable))
+	}
+	return t, nil
 }

@@ -31,7 +31,7 @@ environment when one is set.`,
 			if err != nil {
 				return err
 			}
-			keys, err := signingKeys(cfg)
+			keys, err := eventSigner(cfg)
 			if err != nil {
 				return err
 			}

@@ -8,8 +8,8 @@ import (
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
 )
 
-// TestForgedEventsAreRefused: events without flagdown's internal signature (none, another
-// secret's, a malformed one, or a valid signature taken from the same event for another ride) get
+// TestForgedEventsAreRefused: events without a signature of flagdown's publishers (none, another
+// key's, a malformed one, a valid signature taken from the same event for another ride, or the signed event with altered data) get
 // 401 and change nothing — no processed_events row, no offer, no outbox row, no Redis key — so the
 // real event with the same id is processed afterwards. Eight forged retries cannot make the ride
 // UNMATCHED.

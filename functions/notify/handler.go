@@ -9,9 +9,9 @@
 //	POST /function/notify/message     the gateway's $default integration: {"action":"sync"} pushes
 //	                                   the caller's current state to that connection again
 //
-// All four are internal: the CloudEvent must carry the internal signature (shared/internalauth), the
-// gateway's calls Authorization: Bearer <internal secret>, a static header of the gateway's HTTP
-// integrations. The client's own token travels in X-Flagdown-Client-Token (from its upgrade
+// All four are internal: the CloudEvent must carry the signature of flagdown's publishers
+// (shared/internalauth), the gateway's calls Authorization: Bearer <internal token>
+// (FLAGDOWN_INTERNAL_TOKEN), a static header of the gateway's HTTP integrations. The client's own token travels in X-Flagdown-Client-Token (from its upgrade
 // request's Authorization header or access_token query parameter) and is verified at connect
 // exactly as the HTTP API verifies it (shared/auth); the connection then belongs to the token's
 // role and subject, and nothing addressed to anyone else is ever posted to it.
@@ -20,7 +20,14 @@
 // a mobile push to his registered devices), its expiry, its withdrawal when the rider cancels; the
 // rider every status change of his ride; the ride's driver a change someone else made (the rider
 // cancelled; the ride was re-opened without him). Message ids are stable (push.Message), so a
-// redelivered event or a sync repeats an id the client already has, and it drops it.
+// sync repeats an id the client already has, and it drops it.
+//
+// Each event has one effect per (source, id): Handle records it in processed_events (consumer
+// Consumer) in a transaction that commits only once the pushes went out, so a replayed event pushes
+// nothing and a failed push is retried whole. A ride's recipients and versions come from
+// PostgreSQL, never from the data alone: the rider is the ride row's, and a version the ride row
+// has not reached (or reached with another status) is ignored (OutcomeStale), so no event can make
+// the app drop the real updates that follow.
 package function
 
 import (
@@ -31,6 +38,7 @@ import (
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/event"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/shared/app"
@@ -41,6 +49,9 @@ import (
 	"github.com/flagdown/flagdown/shared/pgstore"
 	"github.com/flagdown/flagdown/shared/push"
 )
+
+// Consumer is this function's name in processed_events.
+const Consumer = "notify"
 
 // Triggers are the event types this function pushes.
 var Triggers = events.TypesFor("notify")
@@ -64,6 +75,8 @@ const (
 	OutcomeStale = "stale"
 	// OutcomeOff: push is not configured (neither FLAGDOWN_PUSH_ENDPOINT nor SNS).
 	OutcomeOff = "push_off"
+	// OutcomeDuplicate: the event (source, id) was handled before; nothing is pushed again.
+	OutcomeDuplicate = "duplicate"
 )
 
 // Function pushes messages and keeps the connection registry.
@@ -76,7 +89,7 @@ type Function struct {
 // New returns the function over d.
 func New(d *app.Deps) *Function {
 	f := &Function{d: d, p: d.Push(), mux: http.NewServeMux()}
-	f.mux.Handle("/{$}", app.EventHandler(d, "notify", Triggers, f.Handle))
+	f.mux.Handle("/{$}", app.EventHandler(d, Consumer, Triggers, f.Handle))
 	f.mux.Handle("/connect", f.internal(f.connect))
 	f.mux.Handle("/disconnect", f.internal(f.disconnect))
 	f.mux.Handle("/message", f.internal(f.message))
@@ -104,7 +117,7 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (f *Function) internal(fn func(w http.ResponseWriter, r *http.Request, connID string) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		httpx.Serve(w, r, f.d.Log, http.MethodPost, func() (int, any, error) {
-			if err := f.d.Internal().VerifyRequest(r); err != nil {
+			if err := f.d.InternalTokens().VerifyRequest(r); err != nil {
 				return 0, nil, err
 			}
 			id := r.Header.Get(HeaderConnectionID)
@@ -251,10 +264,10 @@ type delivery struct {
 func driver(id string) push.User { return push.User{Role: auth.RoleDriver, ID: id} }
 func rider(id string) push.User  { return push.User{Role: auth.RoleRider, ID: id} }
 
-// Handle pushes the messages event e means to the ride's parties. It returns OutcomePushed,
-// OutcomeNoConnection, OutcomeStale or OutcomeOff; an error when a recipient's connection could not
-// be reached for a reason that may pass (the trigger delivers the event again; repeats carry the
-// same message ids).
+// Handle pushes the messages event e means to the ride's parties, once per (source, id). It returns
+// OutcomePushed, OutcomeNoConnection, OutcomeStale, OutcomeOff or OutcomeDuplicate; an error when a
+// recipient's connection could not be reached for a reason that may pass (nothing is recorded, the
+// trigger delivers the event again and repeats carry the same message ids).
 func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
 	if err := dispatch.ValidateRideID("subject", e.Subject()); err != nil {
 		return "", err
@@ -262,6 +275,29 @@ func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
 	if !f.p.Enabled() && !f.p.MobileEnabled() {
 		return OutcomeOff, nil
 	}
+	var outcome string
+	// The processed_events row is held (uncommitted) while pushing: a concurrent delivery of the
+	// same event waits for it and then finds it recorded.
+	err := f.d.DB.Tx(ctx, func(tx pgx.Tx) error {
+		first, err := pgstore.MarkProcessed(ctx, tx, Consumer, e.Source(), e.ID())
+		if err != nil {
+			return dispatch.Unavailable("postgres", err)
+		}
+		if !first {
+			outcome = OutcomeDuplicate
+			return nil
+		}
+		outcome, err = f.deliver(ctx, e)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return outcome, nil
+}
+
+// deliver pushes e's messages (route) and returns the outcome.
+func (f *Function) deliver(ctx context.Context, e event.Event) (string, error) {
 	ds, err := f.route(ctx, e)
 	if err != nil || len(ds) == 0 {
 		if err == nil {
@@ -295,8 +331,9 @@ func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
 	return OutcomePushed, nil
 }
 
-// route turns e into its deliveries: who gets which message. It reads nothing but the event, and
-// records the ride's rider for position pushes when a ride gets its driver.
+// route turns e into its deliveries: who gets which message. Offer events name their driver in the
+// data; ride status events are checked against the ride row (rideStatus). It records the ride's
+// rider for position pushes when a ride gets its driver.
 func (f *Function) route(ctx context.Context, e event.Event) ([]delivery, error) {
 	switch e.Type() {
 	case events.RideOffered:
@@ -325,11 +362,19 @@ func (f *Function) route(ctx context.Context, e event.Event) ([]delivery, error)
 		if err := cloudevent.DecodeData(e, &d); err != nil {
 			return nil, err
 		}
-		if err := f.p.Registry.SetRideRider(ctx, d.RideID, d.RiderID); err != nil {
+		ride, version, err := f.rideStatus(ctx, e, d.RideID, d.RiderID, dispatch.RideAccepted, d.Version)
+		if err != nil || ride == nil {
 			return nil, err
 		}
-		s := push.RideStatus{RideID: d.RideID, Status: dispatch.RideAccepted, Version: d.Version, DriverID: d.DriverID, By: string(dispatch.ActorDriver)}
-		out := []delivery{{to: rider(d.RiderID), msg: push.RideStatusMessage(s, d.AcceptedAt)}}
+		// The rider position pushes go to is the ride row's, whatever the data says.
+		if err := f.p.Registry.SetRideRider(ctx, ride.ID, ride.RiderID); err != nil {
+			return nil, err
+		}
+		if ride.Version == version {
+			d.DriverID = ride.DriverID
+		}
+		s := push.RideStatus{RideID: ride.ID, Status: dispatch.RideAccepted, Version: version, DriverID: d.DriverID, By: string(dispatch.ActorDriver)}
+		out := []delivery{{to: rider(ride.RiderID), msg: push.RideStatusMessage(s, d.AcceptedAt)}}
 		if d.Hail && d.DriverID != "" {
 			// A street hail: the driver may be the side still waiting; he learns of his ride too.
 			out = append(out, delivery{to: driver(d.DriverID), msg: push.RideStatusMessage(s, d.AcceptedAt)})
@@ -340,12 +385,16 @@ func (f *Function) route(ctx context.Context, e event.Event) ([]delivery, error)
 		if err := cloudevent.DecodeData(e, &d); err != nil {
 			return nil, err
 		}
-		s := push.RideStatus{RideID: d.RideID, Status: dispatch.RideStatus(d.To), Version: d.Version, DriverID: d.DriverID, By: d.By, Reason: d.Reason}
+		ride, version, err := f.rideStatus(ctx, e, d.RideID, d.RiderID, dispatch.RideStatus(d.To), d.Version)
+		if err != nil || ride == nil {
+			return nil, err
+		}
+		s := push.RideStatus{RideID: ride.ID, Status: dispatch.RideStatus(d.To), Version: version, DriverID: d.DriverID, By: d.By, Reason: d.Reason}
 		if s.Status == dispatch.RideRequested {
 			s.DriverID = "" // re-opened: matched again without him
 		}
 		msg := push.RideStatusMessage(s, d.At)
-		out := []delivery{{to: rider(d.RiderID), msg: msg}}
+		out := []delivery{{to: rider(ride.RiderID), msg: msg}}
 		if d.DriverID != "" && (e.Type() == events.RideCancelled || e.Type() == events.RideReopened) {
 			out = append(out, delivery{to: driver(d.DriverID), msg: msg})
 		}
@@ -359,8 +408,47 @@ func (f *Function) route(ctx context.Context, e event.Event) ([]delivery, error)
 		if err := cloudevent.DecodeData(e, &d); err != nil {
 			return nil, err
 		}
-		s := push.RideStatus{RideID: d.RideID, Status: dispatch.RideUnmatched, Version: d.Version, By: string(dispatch.ActorSystem), Reason: d.Reason}
-		return []delivery{{to: rider(d.RiderID), msg: push.RideStatusMessage(s, d.At)}}, nil
+		ride, version, err := f.rideStatus(ctx, e, d.RideID, d.RiderID, dispatch.RideUnmatched, d.Version)
+		if err != nil || ride == nil {
+			return nil, err
+		}
+		s := push.RideStatus{RideID: ride.ID, Status: dispatch.RideUnmatched, Version: version, By: string(dispatch.ActorSystem), Reason: d.Reason}
+		return []delivery{{to: rider(ride.RiderID), msg: push.RideStatusMessage(s, d.At)}}, nil
 	}
 	return nil, dispatch.Invalid("type", "is not pushed by notify")
+}
+
+// rideStatus checks a ride status event against the ride row in PostgreSQL and returns the row and
+// the version to push. The data must name the event's subject and the row's rider. The version is
+// the row's when the data claims the row's version (or none) and the row has the event's status;
+// an older version the row has passed (the ride moved on since) is pushed as the event says, and
+// clients keep the highest version they saw. A version the row never reached, or reached with
+// another status, is ignored: nil and no error (OutcomeStale), logged.
+func (f *Function) rideStatus(ctx context.Context, e event.Event, rideID, riderID string, status dispatch.RideStatus, claimed int64) (*dispatch.Ride, int64, error) {
+	if rideID != e.Subject() {
+		return nil, 0, dispatch.Invalid("data.ride_id", "must equal the event subject")
+	}
+	ride, err := pgstore.GetRide(ctx, f.d.DB.Pool, rideID, false)
+	if dispatch.ErrorCode(err) == dispatch.CodeNotFound {
+		f.d.Log.Warn("notify: event for a ride PostgreSQL does not know; ignored", "id", e.ID(), "type", e.Type(), "ride_id", rideID)
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if riderID != ride.RiderID {
+		return nil, 0, dispatch.Invalid("data.rider_id", "is not the ride's rider")
+	}
+	switch {
+	case claimed == ride.Version || (claimed == 0 && ride.Status == status):
+		if ride.Status != status {
+			break
+		}
+		return ride, ride.Version, nil
+	case claimed > 0 && claimed < ride.Version:
+		return ride, claimed, nil
+	}
+	f.d.Log.Warn("notify: event version not found in PostgreSQL; ignored", "id", e.ID(), "type", e.Type(), "ride_id", rideID,
+		"version", claimed, "status", status, "ride_version", ride.Version, "ride_status", ride.Status)
+	return nil, 0, nil
 }

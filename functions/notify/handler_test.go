@@ -90,6 +90,7 @@ func TestOfferFallsBackToMobilePush(t *testing.T) {
 	}
 
 	// A status change for the rider never goes to a driver's phone; the rider has no device: nobody.
+	e.Exec(t, `UPDATE rides SET status = 'ACCEPTED', driver_id = 'd1', accepted_at = now(), version = 2 WHERE id = $1`, rideID)
 	st, body = fntest.SendEvent(t, fn, fntest.Event{Type: events.RideAccepted, Subject: rideID, Data: events.RideAcceptedData{
 		RideID: rideID, OfferID: "offer-1", DriverID: "d1", RiderID: "r1", AcceptedAt: time.Now().UTC(), Version: 2,
 	}})
@@ -177,6 +178,7 @@ func TestHailedAcceptTellsTheDriver(t *testing.T) {
 	posted = nil // whatever connect sent (a state sync) is not under test
 	mu.Unlock()
 	rideID := e.CreateRide(t, "r1", midtown, fntest.Offset(midtown, 2000, 0))
+	e.Exec(t, `UPDATE rides SET status = 'ACCEPTED', driver_id = 'd1', accepted_at = now(), version = 2 WHERE id = $1`, rideID)
 	driverPosts := func() int {
 		mu.Lock()
 		defer mu.Unlock()

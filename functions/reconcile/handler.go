@@ -23,7 +23,7 @@
 // reconcile twice in a row repairs nothing the second time.
 //
 // Any method is accepted; the body is ignored. Every call must carry the internal credential,
-// Authorization: Bearer <FLAGDOWN_INTERNAL_SECRET> (shared/internalauth), sent by the cron trigger
+// Authorization: Bearer <FLAGDOWN_INTERNAL_TOKEN> (shared/internalauth), sent by the cron trigger
 // (flagdown dev's ticker, the flagdown-reconcile-cron CronJob of deploy/), or an operator's client
 // token of role ops (shared/auth) for a run on demand; without either the answer is 401 (403 for a
 // client token of another role) and nothing runs. The answer is the JSON of Report.
@@ -95,12 +95,12 @@ func (r Report) Total() int {
 }
 
 // ServeHTTP checks the caller, then runs one reconcile pass and answers its Report. Callers: the
-// cron trigger with the internal credential (Authorization: Bearer <FLAGDOWN_INTERNAL_SECRET>), or
+// cron trigger with the internal credential (Authorization: Bearer <FLAGDOWN_INTERNAL_TOKEN>), or
 // an operator on demand with a client token of role ops. Anything else answers 401 unauthenticated
 // (403 permission_denied for a valid client token of another role; 503 when neither credential is
 // configured).
 func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if err := f.d.Internal().VerifyRequest(r); err != nil {
+	if err := f.d.InternalTokens().VerifyRequest(r); err != nil {
 		if opsErr := f.operator(r); opsErr != nil {
 			if dispatch.ErrorCode(opsErr) == dispatch.CodePermissionDenied {
 				err = opsErr

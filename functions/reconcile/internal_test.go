@@ -10,9 +10,9 @@ import (
 	"github.com/flagdown/flagdown/shared/config"
 )
 
-// TestReconcileNeedsTheInternalCredential: without Authorization: Bearer <internal secret> (none,
-// another scheme, a wrong secret) reconcile answers 401 and repairs nothing; with it, it runs. A
-// deployment without FLAGDOWN_INTERNAL_SECRET answers 503 to everybody.
+// TestReconcileNeedsTheInternalCredential: without Authorization: Bearer <internal token> (none,
+// another scheme, a wrong token) reconcile answers 401 and repairs nothing; with it, it runs. A
+// deployment without FLAGDOWN_INTERNAL_TOKEN answers 503 to everybody.
 func TestReconcileNeedsTheInternalCredential(t *testing.T) {
 	t.Parallel()
 	env := fntest.NewTimeoutEnv(t, func(c *config.Config) { c.OfferWindow = time.Second; c.ReconcileGrace = 0 })
@@ -42,9 +42,9 @@ func TestReconcileNeedsTheInternalCredential(t *testing.T) {
 		t.Fatalf("reconcile with the credential: %d %v, want 200 with offers_expired 1", status, body)
 	}
 
-	unset := fntest.NewTimeoutEnv(t, func(c *config.Config) { c.InternalSecret = "" })
+	unset := fntest.NewTimeoutEnv(t, func(c *config.Config) { c.InternalToken = "" })
 	if status, body := fntest.Do(t, unset.Reconcile, http.MethodPost, "/", nil, fntest.InternalHeaders()); status != http.StatusServiceUnavailable {
-		t.Errorf("no internal secret configured: %d %v, want 503", status, body)
+		t.Errorf("no internal token configured: %d %v, want 503", status, body)
 	}
 }
 

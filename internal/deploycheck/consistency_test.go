@@ -416,9 +416,9 @@ func TestEventRoutes(t *testing.T) {
 		checkDelivery(t, "Broker "+name, deploycheck.Get(b.Object, "spec", "delivery"), services)
 	}
 
-	// Scheduled functions: reconcile needs the internal credential, which neither the OpenFaaS
+	// Scheduled functions: reconcile needs the internal token, which neither the OpenFaaS
 	// cron-connector nor a Knative PingSource can send, so a CronJob running `flagdown cron` with
-	// the secret flagdown-internal-secret calls it, on both platforms on the same schedule.
+	// the secret flagdown-internal-token calls it, on both platforms on the same schedule.
 	for n, fn := range r.stack.Functions {
 		if fn.Annotations["topic"] == "cron-function" || fn.Annotations["schedule"] != "" {
 			t.Errorf("stack.yml %s: cron-connector annotations, but the cron-connector cannot send the internal credential (use a CronJob)", n)
@@ -448,8 +448,8 @@ func TestEventRoutes(t *testing.T) {
 				t.Errorf("%s CronJob %s: args %s, want %s", dir, cj.Name(), args, want)
 			}
 		}
-		if keys := secretKeys(cj); !slices.Equal(keys, []string{"flagdown-internal-secret"}) {
-			t.Errorf("%s CronJob %s: secret keys %v, want only flagdown-internal-secret", dir, cj.Name(), keys)
+		if keys := secretKeys(cj); !slices.Equal(keys, []string{"flagdown-internal-token"}) {
+			t.Errorf("%s CronJob %s: secret keys %v, want only flagdown-internal-token", dir, cj.Name(), keys)
 		}
 	}
 	if schedules["deploy/openfaas"] != schedules["deploy/knative"] {

@@ -72,7 +72,7 @@ func TestKnativeBrokerDelivery(t *testing.T) {
 				e.SetExtension("knativearrivaltime", time.Now().UTC().Format(time.RFC3339Nano))
 				e.SetExtension("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 				// What the relay and the expiry source add (shared/internalauth).
-				if err := testkit.InternalKeys().Sign(&e); err != nil {
+				if err := testkit.EventSigner().Sign(&e); err != nil {
 					t.Fatal(err)
 				}
 

@@ -133,13 +133,30 @@ func NATS(t testing.TB) string {
 	return ns.ClientURL()
 }
 
-// InternalSecret is the FLAGDOWN_INTERNAL_SECRET of every Deps: fntest signs the events it sends
-// and authorizes its reconcile calls with it (InternalKeys).
-const InternalSecret = "testkit-internal-secret-0123456789abcdef"
+// EventSigningKey is the FLAGDOWN_EVENT_SIGNING_KEY of the tests' publishers (key id "testkit", a
+// fixed seed): fntest signs the events it sends with it (EventSigner), as the relay signs. Every Deps
+// accepts its public key (EventVerifyKeys) and holds no private key, like a deployed function.
+const EventSigningKey = "testkit:dGVzdGtpdC1ldmVudC1zaWduaW5nLWtleS0wMDAwMDE"
 
-// InternalKeys returns the internal credential over InternalSecret.
-func InternalKeys() *internalauth.Keys {
-	k, err := internalauth.Parse(InternalSecret)
+// InternalToken is the FLAGDOWN_INTERNAL_TOKEN of every Deps: fntest authorizes its reconcile and
+// gateway-integration calls with it (InternalTokens). It is not a signing key.
+const InternalToken = "testkit-internal-token-0123456789abcdef"
+
+// EventSigner returns the signer over EventSigningKey.
+func EventSigner() *internalauth.Signer {
+	s, err := internalauth.ParseSigner(EventSigningKey)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// EventVerifyKeys is the FLAGDOWN_EVENT_VERIFY_KEYS of every Deps: EventSigner's public key.
+func EventVerifyKeys() string { return EventSigner().VerifyKey() }
+
+// InternalTokens returns the bearer tokens over InternalToken.
+func InternalTokens() *internalauth.Tokens {
+	k, err := internalauth.ParseTokens(InternalToken)
 	if err != nil {
 		panic(err)
 	}
@@ -160,7 +177,8 @@ func Deps(t testing.TB, tune func(*config.Config)) *app.Deps {
 	rdb, prefix := Redis(t)
 	cfg.DatabaseURL, cfg.DatabaseSchema = DatabaseURL(), db.Schema
 	cfg.RedisURL, cfg.RedisPrefix = RedisURL(), prefix
-	cfg.InternalSecret = InternalSecret // FLAGDOWN_INTERNAL_SECRET; tune may change it
+	// Public keys and the bearer token only, as a deployed function has; tune may change them.
+	cfg.EventVerifyKeys, cfg.InternalToken = EventVerifyKeys(), InternalToken
 	cfg.JWTSecret = "test-secret-" + ID() + ID() + ID()
 	if tune != nil {
 		tune(cfg)

@@ -39,7 +39,8 @@ type Deps struct {
 	Auth *auth.Verifier
 
 	internalOnce sync.Once
-	internal     *internalauth.Keys
+	verifier     *internalauth.Verifier
+	tokens       *internalauth.Tokens
 	limiterOnce  sync.Once
 	limiter      *ratelimit.Limiter
 	pricingOnce  sync.Once
@@ -124,13 +125,27 @@ func (d *Deps) Pricing() *pricing.Service {
 	return d.pricing
 }
 
-// Internal returns the internal credential of Config.InternalSecret (shared/internalauth), parsed
-// once; nil (verifies nothing) when none is configured. Config.Validate refuses a malformed value.
-func (d *Deps) Internal() *internalauth.Keys {
+// EventVerifier returns the public keys event signatures are checked with (Config.EventVerifyKeys,
+// with the maximum age Config.EventMaxAge; shared/internalauth), parsed once; nil (verifies
+// nothing) when none is configured. Config.Validate refuses a malformed value.
+func (d *Deps) EventVerifier() *internalauth.Verifier {
+	d.parseInternal()
+	return d.verifier
+}
+
+// InternalTokens returns the bearer tokens of internal calls that are not events
+// (Config.InternalToken; shared/internalauth), parsed once; nil (accepts nothing) when none is
+// configured.
+func (d *Deps) InternalTokens() *internalauth.Tokens {
+	d.parseInternal()
+	return d.tokens
+}
+
+func (d *Deps) parseInternal() {
 	d.internalOnce.Do(func() {
-		d.internal, _ = internalauth.Parse(d.Config.InternalSecret)
+		d.verifier, _ = internalauth.ParseVerifier(d.Config.EventVerifyKeys, d.Config.EventMaxAge)
+		d.tokens, _ = internalauth.ParseTokens(d.Config.InternalToken)
 	})
-	return d.internal
 }
 
 // NewLogger returns the process's logger (shared/logging) on standard error, in cfg's

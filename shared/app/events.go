@@ -13,6 +13,7 @@ import (
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/logging"
+	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/tracing"
 )
 
@@ -21,8 +22,9 @@ import (
 type EventFunc func(ctx context.Context, e event.Event) (string, error)
 
 // EventHandler is the HTTP edge of the function called function, triggered by events: it decodes
-// the request (CloudEvents binary or structured mode), refuses an event without a valid internal
-// signature (d.Internal().Verify: 401 unauthenticated, or 503 when no FLAGDOWN_INTERNAL_SECRET is
+// the request (CloudEvents binary or structured mode), refuses an event without a valid signature
+// of an accepted key or older than the maximum age (d.EventVerifier().Verify: 401 unauthenticated,
+// logged and counted in metrics.EventsRefused by reason; 503 when no FLAGDOWN_EVENT_VERIFY_KEYS are
 // configured) before fn can record anything in processed_events, rejects types outside accepts
 // with 400, calls fn in a "process <type>" span that continues the trace of the event's
 // traceparent (tracing.StartProcess) and answers 200 {"outcome": ...}. Errors map through the one
@@ -45,9 +47,14 @@ func EventHandler(d *Deps, function string, accepts []string, fn EventFunc) http
 			httpx.WriteError(w, r, d.Log, err)
 			return
 		}
-		if err := d.Internal().Verify(e); err != nil {
+		if err := d.EventVerifier().Verify(e); err != nil {
+			reason := dispatch.AsError(err).Reason
+			if reason == "" {
+				reason = "not_configured"
+			}
+			metrics.EventsRefused.WithLabelValues(function, reason).Inc()
 			d.Log.Warn("internal event refused", "id", e.ID(), "type", e.Type(), "source", e.Source(),
-				logging.EventSubject(e.Type(), e.Subject()), "err", err)
+				logging.EventSubject(e.Type(), e.Subject()), "reason", reason, "err", err)
 			httpx.WriteError(w, r, d.Log, err)
 			return
 		}

@@ -10,7 +10,6 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -25,6 +24,14 @@ import (
 
 // DuplicateWindow is how long JetStream remembers published event ids to drop re-publishes.
 const DuplicateWindow = 5 * time.Minute
+
+// Retention is how long the events stream keeps an event (its MaxAge), and DLQRetention how long
+// the dead-letter stream keeps one. shared/internalauth.MinMaxAge, the shortest maximum event age a
+// consumer may accept, equals Retention (a test keeps them equal).
+const (
+	Retention    = 7 * 24 * time.Hour
+	DLQRetention = 30 * 24 * time.Hour
+)
 
 // ContentTypeStructured is the Content-Type header of messages on the broker: structured CloudEvents.
 const ContentTypeStructured = "application/cloudevents+json"
@@ -97,7 +104,7 @@ func Connect(ctx context.Context, url, stream, subjectPrefix string) (*Broker, e
 			Storage:     jetstream.FileStorage,
 			Retention:   jetstream.LimitsPolicy,
 			Duplicates:  DuplicateWindow,
-			MaxAge:      7 * 24 * time.Hour,
+			MaxAge:      Retention,
 		},
 		{
 			Name:        b.dlqStream,
@@ -106,7 +113,7 @@ func Connect(ctx context.Context, url, stream, subjectPrefix string) (*Broker, e
 			Storage:     jetstream.FileStorage,
 			Retention:   jetstream.LimitsPolicy,
 			Duplicates:  DuplicateWindow,
-			MaxAge:      30 * 24 * time.Hour,
+			MaxAge:      DLQRetention,
 		},
 	}
 	for _, cfg := range streams {
@@ -148,7 +155,9 @@ func (b *Broker) DLQStream() string { return b.dlqStream }
 func (b *Broker) JetStream() jetstream.JetStream { return b.js }
 
 // Publish validates e and publishes it in structured JSON mode on Subject(e.Type()) with
-// Nats-Msg-Id = e.ID(), waiting for the stream's acknowledgement. A publish of an id already seen
+// Nats-Msg-Id = e.ID(), waiting for the stream's acknowledgement. JSON data is written into the
+// envelope byte for byte (never compacted or re-escaped), so the digest a consumer checks
+// (shared/internalauth) is the digest of the bytes the publisher signed. A publish of an id already seen
 // within DuplicateWindow is acknowledged by JetStream without storing the event again.
 // Broker failures are dispatch.CodeUnavailable errors.
 func (b *Broker) Publish(ctx context.Context, e event.Event) error {
@@ -159,7 +168,9 @@ func (b *Broker) Publish(ctx context.Context, e event.Event) error {
 	if !validSubject(subject) {
 		return fmt.Errorf("broker: event type %q cannot be used in a NATS subject", e.Type())
 	}
-	body, err := json.Marshal(e)
+	// e.MarshalJSON, not json.Marshal: encoding/json compacts and HTML-escapes a Marshaler's output,
+	// which would change the signed data bytes.
+	body, err := e.MarshalJSON()
 	if err != nil {
 		return fmt.Errorf("broker: encode event %s: %w", e.ID(), err)
 	}

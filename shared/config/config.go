@@ -40,12 +40,26 @@ type Config struct {
 	NATSStream string `env:"FLAGDOWN_NATS_STREAM" envDefault:"FLAGDOWN"`
 	// SubjectPrefix is the NATS subject prefix; an event of type T is published on <prefix>.<T>.
 	SubjectPrefix string `env:"FLAGDOWN_SUBJECT_PREFIX" envDefault:"flagdown.events"`
-	// InternalSecret is the shared secret of internal calls (shared/internalauth): the relay and the
-	// expiry source sign every event with it, the cron sends it to reconcile, and event-triggered
-	// functions and reconcile refuse calls without it. Several secrets separated by commas during a
-	// rotation: the first signs, every one verifies. A credential: the secret file
-	// flagdown-internal-secret in a deployment (SecretVars).
-	InternalSecret string `env:"FLAGDOWN_INTERNAL_SECRET"`
+	// EventSigningKey is the private key the outbox relay and the expiry source sign every event
+	// with (shared/internalauth: <key id>:<base64url Ed25519 seed>). Only those two get it; a
+	// credential, the secret file flagdown-event-signing-key in a deployment (SecretVars).
+	EventSigningKey string `env:"FLAGDOWN_EVENT_SIGNING_KEY"`
+	// EventVerifyKeys are the public keys event-triggered functions accept signatures of
+	// (<key id>:<base64url Ed25519 public key>, several separated by commas during a rotation); a
+	// function without them answers 503 to every event. Not secret, but per deployment, so it comes
+	// from the secret file flagdown-event-verify-keys like the credentials (SecretVars).
+	EventVerifyKeys string `env:"FLAGDOWN_EVENT_VERIFY_KEYS"`
+	// EventMaxAge is the age (event time to now) beyond which a consumer refuses an event, logged
+	// and counted (flagdown_events_refused_total{reason="too_old"}); reconcile repairs what it would
+	// have done. At least internalauth.MinMaxAge, the broker stream's 7-day retention, and at most
+	// RetainProcessedEvents, so that an accepted replay still finds its processed_events row (Validate).
+	EventMaxAge time.Duration `env:"FLAGDOWN_EVENT_MAX_AGE" envDefault:"168h"`
+	// InternalToken is the bearer token of internal calls that are not events: the reconcile cron
+	// sends it, the WebSocket gateway's integrations send it to notify, and reconcile and notify's
+	// integration routes refuse calls without it. Several separated by commas during a rotation: the
+	// first is sent, every one is accepted. It signs nothing. A credential: the secret file
+	// flagdown-internal-token in a deployment (SecretVars).
+	InternalToken string `env:"FLAGDOWN_INTERNAL_TOKEN"`
 
 	// HeartbeatTTL is how long a driver counts as online after his last accepted ping (seconds).
 	HeartbeatTTL time.Duration `env:"FLAGDOWN_HEARTBEAT_TTL" envDefault:"30s"`
@@ -285,6 +299,11 @@ func FromEnv(environ map[string]string) (*Config, error) {
 }
 
 func parse(opts env.Options) (*Config, error) {
+	for v, why := range RemovedVariables {
+		if opts.Environment[v] != "" {
+			return nil, fmt.Errorf("config: %s is no longer read: %s", v, why)
+		}
+	}
 	var c Config
 	if err := env.ParseWithOptions(&c, opts); err != nil {
 		return nil, describe(err)
@@ -425,8 +444,8 @@ func (c *Config) Validate() error {
 	if c.JWTLeeway < 0 || c.JWTLeeway > MaxJWTLeeway {
 		return fmt.Errorf("config: FLAGDOWN_JWT_LEEWAY must be between 0s and %s", MaxJWTLeeway)
 	}
-	if _, err := internalauth.Parse(c.InternalSecret); err != nil {
-		return fmt.Errorf("config: %w", err)
+	if err := c.validateInternal(); err != nil {
+		return err
 	}
 	if err := c.validateSNS(); err != nil {
 		return err
@@ -435,6 +454,48 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: FLAGDOWN_DRIVER_STATE_TTL (%s) must be longer than FLAGDOWN_HEARTBEAT_TTL (%s)", c.DriverStateTTL, c.HeartbeatTTL)
 	}
 	return nil
+}
+
+// validateInternal checks the internal credentials (shared/internalauth): each parses, the maximum
+// event age covers the broker's retention and is covered by the processed_events retention, and the
+// bearer token is not the signing key.
+func (c *Config) validateInternal() error {
+	signer, err := internalauth.ParseSigner(c.EventSigningKey)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if _, err := internalauth.ParseVerifier(c.EventVerifyKeys, c.EventMaxAge); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	tokens, err := internalauth.ParseTokens(c.InternalToken)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if signer.Configured() {
+		seed := signer.Secret()[len(signer.KeyID())+1:]
+		if tokens.Contains(strings.TrimSpace(c.EventSigningKey)) || tokens.Contains(seed) {
+			return fmt.Errorf("config: %s must be a different secret from %s: whoever calls reconcile must not be able to sign events",
+				internalauth.TokenVariable, internalauth.SigningKeyVariable)
+		}
+	}
+	if c.EventMaxAge < internalauth.MinMaxAge {
+		return fmt.Errorf("config: FLAGDOWN_EVENT_MAX_AGE (%s) must be at least %s, the broker stream's retention: "+
+			"a shorter age refuses events the broker still redelivers", c.EventMaxAge, internalauth.MinMaxAge)
+	}
+	if c.EventMaxAge > c.RetainProcessedEvents {
+		return fmt.Errorf("config: FLAGDOWN_EVENT_MAX_AGE (%s) must not exceed FLAGDOWN_RETAIN_PROCESSED_EVENTS (%s): "+
+			"an event replayed after its processed_events row was pruned would act twice", c.EventMaxAge, c.RetainProcessedEvents)
+	}
+	return nil
+}
+
+// RemovedVariables are variables flagdown no longer reads, with what replaced them; Load and
+// FromEnv refuse an environment that sets one, so that a deployment is not left believing it is
+// configured.
+var RemovedVariables = map[string]string{
+	"FLAGDOWN_INTERNAL_SECRET": "the shared HMAC secret is gone: events are signed with " + internalauth.SigningKeyVariable +
+		" (relay and expiry source only), verified with " + internalauth.VerifyKeysVariable + ", and internal calls carry " +
+		internalauth.TokenVariable + " (see docs/security.md; `flagdown keygen` prints a key pair)",
 }
 
 // snsAppARNRe is an SNS platform application ARN: partition, region, 12-digit account, platform,

@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/internalauth"
 )
 
 func TestDefaults(t *testing.T) {
@@ -60,6 +62,28 @@ func TestLogSettings(t *testing.T) {
 	}
 }
 
+// testSigningKey is a FLAGDOWN_EVENT_SIGNING_KEY (key id k1, a seed of 32 zero bytes).
+const testSigningKey = "k1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+
+// TestInternalCredentials: the event keys and the token parse, and the maximum event age defaults
+// to the broker stream's retention.
+func TestInternalCredentials(t *testing.T) {
+	c, err := config.FromEnv(map[string]string{
+		"FLAGDOWN_EVENT_SIGNING_KEY": testSigningKey,
+		"FLAGDOWN_EVENT_VERIFY_KEYS": "k1:O2onvM62pC1io6jQKm8Nc2UyFXcd4kOmOsBIoYtZ2ik, k0:O2onvM62pC1io6jQKm8Nc2UyFXcd4kOmOsBIoYtZ2ik",
+		"FLAGDOWN_INTERNAL_TOKEN":    "0123456789abcdef0123456789abcdef",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.EventMaxAge != broker.Retention {
+		t.Errorf("FLAGDOWN_EVENT_MAX_AGE default %s, want the stream retention %s", c.EventMaxAge, broker.Retention)
+	}
+	if minAge, retention := internalauth.MinMaxAge, broker.Retention; minAge != retention {
+		t.Errorf("internalauth.MinMaxAge %s differs from the stream retention %s", minAge, retention)
+	}
+}
+
 func TestRejects(t *testing.T) {
 	for name, tc := range map[string]struct {
 		env  map[string]string
@@ -84,20 +108,28 @@ func TestRejects(t *testing.T) {
 		"SNSAppWrongPlatform":    {map[string]string{"FLAGDOWN_SNS_APP_ARN_APNS": "arn:aws:sns:us-east-1:123456789012:app/APNS_SANDBOX/flagdown"}, "FLAGDOWN_SNS_APP_ARN_APNS"},
 		"SNSAppsTwoRegions": {map[string]string{"FLAGDOWN_SNS_APP_ARN_FCM": "arn:aws:sns:us-east-1:123456789012:app/GCM/flagdown",
 			"FLAGDOWN_SNS_APP_ARN_APNS": "arn:aws:sns:eu-west-1:123456789012:app/APNS/flagdown"}, "one region"},
-		"SNSEndpointNotURL":  {map[string]string{"FLAGDOWN_SNS_ENDPOINT": "localhost:4566"}, "FLAGDOWN_SNS_ENDPOINT"},
-		"PushEndpointNotURL": {map[string]string{"FLAGDOWN_PUSH_ENDPOINT": "abc.execute-api.eu-west-3.amazonaws.com/prod"}, "FLAGDOWN_PUSH_ENDPOINT"},
-		"LogFormatUnknown":   {map[string]string{"FLAGDOWN_LOG_FORMAT": "logfmt"}, "FLAGDOWN_LOG_FORMAT"},
-		"LogLevelUnknown":    {map[string]string{"FLAGDOWN_LOG_LEVEL": "loud"}, "FLAGDOWN_LOG_LEVEL"},
-		"SurgeModeUnknown":   {map[string]string{"FLAGDOWN_SURGE_MODE": "max"}, "FLAGDOWN_SURGE_MODE"},
-		"SurgeWindowShort":   {map[string]string{"FLAGDOWN_SURGE_WINDOW": "30s"}, "FLAGDOWN_SURGE_WINDOW"},
-		"SurgeIntervalTiny":  {map[string]string{"FLAGDOWN_SURGE_UPDATE_INTERVAL": "100ms"}, "FLAGDOWN_SURGE_UPDATE_INTERVAL"},
-		"SurgeFloorBelowOne": {map[string]string{"FLAGDOWN_SURGE_FLOOR": "0.9"}, "FLAGDOWN_SURGE_FLOOR"},
-		"SurgeFloorNaN":      {map[string]string{"FLAGDOWN_SURGE_FLOOR": "NaN"}, "FLAGDOWN_SURGE_FLOOR"},
-		"SurgeCeilingLow":    {map[string]string{"FLAGDOWN_SURGE_FLOOR": "1.5", "FLAGDOWN_SURGE_CEILING": "1.2"}, "FLAGDOWN_SURGE_CEILING"},
-		"SurgeCeilingHuge":   {map[string]string{"FLAGDOWN_SURGE_CEILING": "101"}, "FLAGDOWN_SURGE_CEILING"},
-		"SurgeStepZero":      {map[string]string{"FLAGDOWN_SURGE_MAX_STEP": "0"}, "FLAGDOWN_SURGE_MAX_STEP"},
-		"SurgeCapBelowOne":   {map[string]string{"FLAGDOWN_SURGE_EMERGENCY_CAP": "0.5"}, "FLAGDOWN_SURGE_EMERGENCY_CAP"},
-		"SurgeEmergencyWord": {map[string]string{"FLAGDOWN_SURGE_EMERGENCY": "maybe"}, "FLAGDOWN_SURGE_EMERGENCY"},
+		"SNSEndpointNotURL":            {map[string]string{"FLAGDOWN_SNS_ENDPOINT": "localhost:4566"}, "FLAGDOWN_SNS_ENDPOINT"},
+		"PushEndpointNotURL":           {map[string]string{"FLAGDOWN_PUSH_ENDPOINT": "abc.execute-api.eu-west-3.amazonaws.com/prod"}, "FLAGDOWN_PUSH_ENDPOINT"},
+		"LogFormatUnknown":             {map[string]string{"FLAGDOWN_LOG_FORMAT": "logfmt"}, "FLAGDOWN_LOG_FORMAT"},
+		"LogLevelUnknown":              {map[string]string{"FLAGDOWN_LOG_LEVEL": "loud"}, "FLAGDOWN_LOG_LEVEL"},
+		"SurgeModeUnknown":             {map[string]string{"FLAGDOWN_SURGE_MODE": "max"}, "FLAGDOWN_SURGE_MODE"},
+		"SurgeWindowShort":             {map[string]string{"FLAGDOWN_SURGE_WINDOW": "30s"}, "FLAGDOWN_SURGE_WINDOW"},
+		"SurgeIntervalTiny":            {map[string]string{"FLAGDOWN_SURGE_UPDATE_INTERVAL": "100ms"}, "FLAGDOWN_SURGE_UPDATE_INTERVAL"},
+		"SurgeFloorBelowOne":           {map[string]string{"FLAGDOWN_SURGE_FLOOR": "0.9"}, "FLAGDOWN_SURGE_FLOOR"},
+		"SurgeFloorNaN":                {map[string]string{"FLAGDOWN_SURGE_FLOOR": "NaN"}, "FLAGDOWN_SURGE_FLOOR"},
+		"SurgeCeilingLow":              {map[string]string{"FLAGDOWN_SURGE_FLOOR": "1.5", "FLAGDOWN_SURGE_CEILING": "1.2"}, "FLAGDOWN_SURGE_CEILING"},
+		"SurgeCeilingHuge":             {map[string]string{"FLAGDOWN_SURGE_CEILING": "101"}, "FLAGDOWN_SURGE_CEILING"},
+		"SurgeStepZero":                {map[string]string{"FLAGDOWN_SURGE_MAX_STEP": "0"}, "FLAGDOWN_SURGE_MAX_STEP"},
+		"SurgeCapBelowOne":             {map[string]string{"FLAGDOWN_SURGE_EMERGENCY_CAP": "0.5"}, "FLAGDOWN_SURGE_EMERGENCY_CAP"},
+		"SurgeEmergencyWord":           {map[string]string{"FLAGDOWN_SURGE_EMERGENCY": "maybe"}, "FLAGDOWN_SURGE_EMERGENCY"},
+		"EventMaxAgeShort":             {map[string]string{"FLAGDOWN_EVENT_MAX_AGE": "24h"}, "FLAGDOWN_EVENT_MAX_AGE"},
+		"EventMaxAgeOutlivesProcessed": {map[string]string{"FLAGDOWN_EVENT_MAX_AGE": "720h"}, "FLAGDOWN_RETAIN_PROCESSED_EVENTS"},
+		"SigningKeyMalformed":          {map[string]string{"FLAGDOWN_EVENT_SIGNING_KEY": "k1:short"}, "FLAGDOWN_EVENT_SIGNING_KEY"},
+		"VerifyKeysMalformed":          {map[string]string{"FLAGDOWN_EVENT_VERIFY_KEYS": "k1"}, "FLAGDOWN_EVENT_VERIFY_KEYS"},
+		"TokenShort":                   {map[string]string{"FLAGDOWN_INTERNAL_TOKEN": "0123456789abcdef"}, "FLAGDOWN_INTERNAL_TOKEN"},
+		"TokenIsTheSigningKey":         {map[string]string{"FLAGDOWN_EVENT_SIGNING_KEY": testSigningKey, "FLAGDOWN_INTERNAL_TOKEN": testSigningKey}, "different secret"},
+		"TokenIsTheSigningSeed":        {map[string]string{"FLAGDOWN_EVENT_SIGNING_KEY": testSigningKey, "FLAGDOWN_INTERNAL_TOKEN": testSigningKey[3:]}, "different secret"},
+		"OldInternalSecret":            {map[string]string{"FLAGDOWN_INTERNAL_SECRET": "0123456789abcdef0123456789abcdef"}, "FLAGDOWN_EVENT_SIGNING_KEY"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := config.FromEnv(tc.env)
@@ -145,13 +177,13 @@ func TestRetentionDefaultsAndOverrides(t *testing.T) {
 		t.Errorf("default skew %v is not below the default heartbeat %v", c.MaxClockSkew, c.HeartbeatTTL)
 	}
 	c, err = config.FromEnv(map[string]string{
-		"FLAGDOWN_RETAIN_PROCESSED_EVENTS": "1h", "FLAGDOWN_RETAIN_OUTBOX": "90m", "FLAGDOWN_RETAIN_OFFERS": "48h",
+		"FLAGDOWN_RETAIN_PROCESSED_EVENTS": "200h", "FLAGDOWN_RETAIN_OUTBOX": "90m", "FLAGDOWN_RETAIN_OFFERS": "48h",
 		"FLAGDOWN_DRIVER_STATE_TTL": "31s",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.RetainProcessedEvents != time.Hour || c.RetainOutbox != 90*time.Minute || c.RetainOffers != 48*time.Hour || c.DriverStateTTL != 31*time.Second {
+	if c.RetainProcessedEvents != 200*time.Hour || c.RetainOutbox != 90*time.Minute || c.RetainOffers != 48*time.Hour || c.DriverStateTTL != 31*time.Second {
 		t.Errorf("retention overrides not applied: %v %v %v %v", c.RetainProcessedEvents, c.RetainOutbox, c.RetainOffers, c.DriverStateTTL)
 	}
 }

@@ -129,10 +129,10 @@ type Options struct {
 	ClientName string
 	// Log receives warnings (reconnection gaps, publish failures); nil logs nothing.
 	Log *slog.Logger
-	// Keys sign every published event (internalauth.Keys.Sign: the flagdownsig extension
-	// expiry-notification verifies). nil publishes unsigned events, which consumers refuse;
-	// `flagdown expiry-source` and `flagdown dev` always set it.
-	Keys *internalauth.Keys
+	// Keys sign every published event with the source's private key (internalauth.Signer.Sign: the
+	// flagdownsig and flagdownkid extensions expiry-notification verifies). nil publishes unsigned
+	// events, which consumers refuse; `flagdown expiry-source` and `flagdown dev` always set it.
+	Keys *internalauth.Signer
 }
 
 // Stats are the source's counters since Run started.

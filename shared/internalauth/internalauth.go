@@ -1,36 +1,50 @@
-// Package internalauth owns flagdown's internal credential: the proof that a call to an internal
-// endpoint (an event-triggered function, reconcile) comes from flagdown itself (the outbox relay,
-// the expiry source, the reconcile cron) and not from a client who found the gateway.
+// Package internalauth owns flagdown's internal credentials: the proof that an event comes from
+// flagdown's own publishers (the outbox relay, the expiry source) and that a call to an internal
+// endpoint that is not an event (the reconcile cron, the WebSocket gateway's integrations) comes
+// from flagdown and not from a client who found the gateway. docs/security.md holds the threat model.
 //
-// Events carry an HMAC-SHA256 signature in the CloudEvent extension attribute Extension
-// ("flagdownsig"), computed with a shared secret (FLAGDOWN_INTERNAL_SECRET) over a canonical string
-// of the event's id, type, source, subject and time. An extension attribute is part of the event,
-// so the signature travels unchanged through every broker flagdown uses (NATS JetStream stores the
-// structured event; the local dispatcher and a Knative Broker deliver it in binary mode as the
-// header ce-flagdownsig). The data is not signed: consumers act on the subject and re-read state,
-// and a broker may re-encode JSON data. Nor are the trace context attributes traceparent and
-// tracestate (shared/tracing): a broker may set or rewrite them, and they only decide where a
-// consumer's spans hang in a trace, never what it does.
+// # Events
 //
-// There is no age check on the event's time: JetStream redelivers events of any age in its stream
-// and dead letters may be replayed, and replaying a correctly signed event is harmless because each
-// consumer records (source, id) in processed_events before acting and re-reads state.
+// Every event carries an Ed25519 signature in the CloudEvent extension attribute Extension
+// ("flagdownsig") and the id of the signing key in KeyIDExtension ("flagdownkid"). The signature
+// covers every attribute that changes what a consumer does: specversion, id, type, source, subject,
+// time, datacontenttype, dataschema, the key id, and the SHA-256 digest of the data bytes exactly as
+// carried. The bytes are never canonicalized: every path flagdown uses carries them unchanged (the
+// relay and the expiry source build the data once; shared/broker stores the structured event with
+// the data member written verbatim and the dispatcher delivers it verbatim as the binary-mode body,
+// as does a Knative Broker), and a consumer hashes what it received. Extension attributes other
+// than the key id are not signed: the trace context (traceparent, tracestate; shared/tracing) and
+// what a broker adds (Knative's knativearrivaltime) only decide where a consumer's spans hang in a
+// trace, never what it does.
 //
-// Calls that are not events (the reconcile cron) send Authorization: Bearer <secret>, compared in
-// constant time.
+// Only the publishers hold a private key (Signer, FLAGDOWN_EVENT_SIGNING_KEY); consumers hold only
+// public keys (Verifier, FLAGDOWN_EVENT_VERIFY_KEYS: several, by key id, for rotation), so no
+// consumer can produce an event another consumer accepts. A Verifier also refuses an event older
+// than its maximum age (FLAGDOWN_EVENT_MAX_AGE, never shorter than MinMaxAge, the broker stream's
+// retention) or stamped more than MaxFutureSkew ahead of its clock. A replay within the age is
+// harmless: each consumer records (source, id) in processed_events before acting and re-reads state.
 //
-// Keys holds a list of secrets for rotation: the first signs, every one verifies.
+// # Calls that are not events
+//
+// The reconcile cron and the gateway's integrations send Authorization: Bearer <token> (Tokens,
+// FLAGDOWN_INTERNAL_TOKEN), compared in constant time. The token is a different secret from every
+// signing key: whoever holds it can call reconcile and the notify integrations, never sign an event.
 package internalauth
 
 import (
 	"context"
-	"crypto/hmac"
+	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -40,99 +54,175 @@ import (
 	"github.com/flagdown/flagdown/shared/dispatch"
 )
 
-// Variable is the environment variable (or secret file flagdown-internal-secret) holding the
-// secrets: one, or several separated by commas during a rotation (the first signs, all verify).
-const Variable = "FLAGDOWN_INTERNAL_SECRET"
+// Configuration variables (env, or the secret file config.SecretFileName(variable)).
+const (
+	// SigningKeyVariable holds the private key of a publisher: <key id>:<base64url Ed25519 seed
+	// (32 bytes)>. Only the outbox relay and the expiry source get it.
+	SigningKeyVariable = "FLAGDOWN_EVENT_SIGNING_KEY"
+	// VerifyKeysVariable holds the public keys consumers accept: <key id>:<base64url Ed25519 public
+	// key (32 bytes)>, several separated by commas during a rotation.
+	VerifyKeysVariable = "FLAGDOWN_EVENT_VERIFY_KEYS"
+	// TokenVariable holds the bearer token of internal calls that are not events: one, or several
+	// separated by commas during a rotation (the first is sent, all are accepted).
+	TokenVariable = "FLAGDOWN_INTERNAL_TOKEN"
+)
 
 // Extension is the CloudEvent extension attribute carrying an event's signature (HTTP binary mode:
 // the header ce-flagdownsig).
 const Extension = "flagdownsig"
 
-// MinSecretBytes is the shortest secret Parse accepts. Use 32 random bytes (openssl rand -hex 32).
-const MinSecretBytes = 16
+// KeyIDExtension is the CloudEvent extension attribute naming the key that signed the event (HTTP
+// binary mode: the header ce-flagdownkid); it is signed too.
+const KeyIDExtension = "flagdownkid"
+
+// MinTokenBytes is the shortest bearer token ParseTokens accepts. Use 32 random bytes in hex
+// (openssl rand -hex 32, 64 characters).
+const MinTokenBytes = 32
+
+// MinMaxAge is the shortest maximum event age a deployment may configure: the retention of the
+// broker's event stream (shared/broker keeps events 7 days), so that every event the broker may
+// still redeliver is accepted. An older event (a dead letter replayed after a week) is refused,
+// logged and counted, and reconcile repairs what it would have done.
+const MinMaxAge = 7 * 24 * time.Hour
+
+// MaxFutureSkew is how far ahead of a consumer's clock an event's time may be before the event is
+// refused: clocks of publishers and consumers may differ by this much, in seconds of wall time.
+const MaxFutureSkew = 5 * time.Minute
 
 // version prefixes every signature so that the scheme can change without ambiguity.
-const version = "v1="
+const version = "v2="
 
-// ErrNoSecret is returned by Sign when no secret is configured.
-var ErrNoSecret = errors.New("internalauth: no internal secret configured (" + Variable + ")")
+// Reasons of refused events (dispatch.Error.Reason of Verify's errors; the label of
+// metrics.EventsRefused).
+const (
+	ReasonUnsigned     = "unsigned"
+	ReasonMalformed    = "malformed_signature"
+	ReasonUnknownKey   = "unknown_key"
+	ReasonBadSignature = "bad_signature"
+	ReasonTooOld       = "too_old"
+	ReasonFuture       = "future_time"
+)
 
-// Keys are the configured internal secrets. The zero value and nil hold none: they sign nothing
-// and verify nothing. Keys are safe for concurrent use.
-type Keys struct {
-	secrets [][]byte
+// ErrNoSigningKey is returned by Sign when no signing key is configured.
+var ErrNoSigningKey = errors.New("internalauth: no event signing key configured (" + SigningKeyVariable + ")")
+
+// ErrNoToken is returned by SetBearer when no token is configured.
+var ErrNoToken = errors.New("internalauth: no internal token configured (" + TokenVariable + ")")
+
+var keyIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// decodeKey reads the base64url (padding optional; standard alphabet accepted) bytes of a key.
+func decodeKey(s string) ([]byte, error) {
+	s = strings.TrimRight(s, "=")
+	if b, err := base64.RawURLEncoding.DecodeString(s); err == nil {
+		return b, nil
+	}
+	return base64.RawStdEncoding.DecodeString(s)
 }
 
-// Parse reads the value of Variable: secrets separated by commas, surrounding whitespace trimmed,
-// empty entries ignored. An empty value gives nil Keys and no error (nothing configured); a secret
-// shorter than MinSecretBytes is an error.
-func Parse(value string) (*Keys, error) {
-	var k Keys
-	for i, s := range strings.Split(value, ",") {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
-		if len(s) < MinSecretBytes {
-			return nil, fmt.Errorf("internalauth: %s: secret %d is %d bytes, at least %d needed", Variable, i+1, len(s), MinSecretBytes)
-		}
-		k.secrets = append(k.secrets, []byte(s))
+// splitKey splits <key id>:<base64 key> and checks the key id.
+func splitKey(variable, entry string, size int) (string, []byte, error) {
+	kid, enc, ok := strings.Cut(entry, ":")
+	if !ok || !keyIDPattern.MatchString(kid) {
+		return "", nil, fmt.Errorf("internalauth: %s: want <key id>:<base64url key>, the key id of 1 to 64 letters, digits, '.', '_' or '-'", variable)
 	}
-	if len(k.secrets) == 0 {
+	b, err := decodeKey(enc)
+	if err != nil || len(b) != size {
+		return "", nil, fmt.Errorf("internalauth: %s: key %s is not %d bytes of base64url", variable, kid, size)
+	}
+	return kid, b, nil
+}
+
+// Signer signs events with one Ed25519 private key. The zero value and nil sign nothing. It never
+// prints its key (String, LogValue). Signers are safe for concurrent use.
+type Signer struct {
+	kid string
+	key ed25519.PrivateKey
+}
+
+// ParseSigner reads the value of SigningKeyVariable. An empty value gives a nil Signer and no
+// error (nothing configured).
+func ParseSigner(value string) (*Signer, error) {
+	value = strings.TrimSpace(value)
+	if value == "" {
 		return nil, nil
 	}
-	return &k, nil
-}
-
-// New returns Keys over secrets (the first signs, all verify), with the rules of Parse.
-func New(secrets ...string) (*Keys, error) {
-	return Parse(strings.Join(secrets, ","))
-}
-
-// Configured reports whether k holds at least one secret.
-func (k *Keys) Configured() bool { return k != nil && len(k.secrets) > 0 }
-
-// canonical is the signed string of e: a version line, then id, type, source, subject and time
-// (RFC 3339 in UTC with nanoseconds, empty when unset), each as <length>:<value> on its own line,
-// so no two different attribute tuples give the same string.
-func canonical(e event.Event) []byte {
-	at := ""
-	if t := e.Time(); !t.IsZero() {
-		at = t.UTC().Format(time.RFC3339Nano)
+	kid, seed, err := splitKey(SigningKeyVariable, value, ed25519.SeedSize)
+	if err != nil {
+		return nil, err
 	}
-	var b strings.Builder
-	b.WriteString("flagdown-event-v1\n")
-	for _, v := range [...]string{e.ID(), e.Type(), e.Source(), e.Subject(), at} {
-		b.WriteString(strconv.Itoa(len(v)))
-		b.WriteByte(':')
-		b.WriteString(v)
-		b.WriteByte('\n')
+	return &Signer{kid: kid, key: ed25519.NewKeyFromSeed(seed)}, nil
+}
+
+// GenerateSigner returns a Signer over a new random key named kid (flagdown dev, chaos runs, key
+// rotation: `flagdown keygen`).
+func GenerateSigner(kid string) (*Signer, error) {
+	if !keyIDPattern.MatchString(kid) {
+		return nil, fmt.Errorf("internalauth: key id %q: 1 to 64 letters, digits, '.', '_' or '-'", kid)
 	}
-	return []byte(b.String())
-}
-
-func mac(secret, msg []byte) []byte {
-	h := hmac.New(sha256.New, secret)
-	h.Write(msg)
-	return h.Sum(nil)
-}
-
-// Signature returns the value of Extension for e, signed with the first secret.
-func (k *Keys) Signature(e event.Event) (string, error) {
-	if !k.Configured() {
-		return "", ErrNoSecret
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("internalauth: generate key: %w", err)
 	}
-	return version + hex.EncodeToString(mac(k.secrets[0], canonical(e))), nil
+	return &Signer{kid: kid, key: key}, nil
 }
 
-// Sign sets e's Extension attribute to its signature (Signature), replacing any earlier one. An
-// event without a time gets the current time first: a sender that stamps the time later (the
-// CloudEvents client's WithTimeNow) would otherwise change a signed attribute.
-func (k *Keys) Sign(e *event.Event) error {
+// Configured reports whether s holds a key.
+func (s *Signer) Configured() bool { return s != nil && len(s.key) == ed25519.PrivateKeySize }
+
+// KeyID returns the id of s's key ("" when none).
+func (s *Signer) KeyID() string {
+	if s == nil {
+		return ""
+	}
+	return s.kid
+}
+
+// Secret returns the value of SigningKeyVariable for s: its private key. Hand it only to a
+// publisher (the environment of a child process); never log it.
+func (s *Signer) Secret() string {
+	if !s.Configured() {
+		return ""
+	}
+	return s.kid + ":" + base64.RawURLEncoding.EncodeToString(s.key.Seed())
+}
+
+// VerifyKey returns s's entry of VerifyKeysVariable: <key id>:<base64url public key>.
+func (s *Signer) VerifyKey() string {
+	if !s.Configured() {
+		return ""
+	}
+	return s.kid + ":" + base64.RawURLEncoding.EncodeToString(s.key.Public().(ed25519.PublicKey))
+}
+
+// String names the key without revealing it.
+func (s *Signer) String() string { return "internalauth.Signer(" + s.KeyID() + ")" }
+
+// LogValue names the key without revealing it (log/slog).
+func (s *Signer) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// Signature returns the value of Extension for e as signed by s, whose key id e must already carry
+// in KeyIDExtension (Sign sets it).
+func (s *Signer) Signature(e event.Event) (string, error) {
+	if !s.Configured() {
+		return "", ErrNoSigningKey
+	}
+	return version + base64.RawURLEncoding.EncodeToString(ed25519.Sign(s.key, canonical(e))), nil
+}
+
+// Sign sets e's KeyIDExtension to s's key id and its Extension to the signature (Signature),
+// replacing earlier ones. An event without a time gets the current time first: a sender that
+// stamps the time later (the CloudEvents client's WithTimeNow) would otherwise change a signed
+// attribute.
+func (s *Signer) Sign(e *event.Event) error {
+	if !s.Configured() {
+		return ErrNoSigningKey
+	}
 	if e.Time().IsZero() {
 		e.SetTime(time.Now().UTC())
 	}
-	sig, err := k.Signature(*e)
+	e.SetExtension(KeyIDExtension, s.kid)
+	sig, err := s.Signature(*e)
 	if err != nil {
 		return err
 	}
@@ -142,96 +232,235 @@ func (k *Keys) Sign(e *event.Event) error {
 
 // Signed returns a publish function that signs each event (Sign) and hands it to publish; an event
 // that cannot be signed is not published. The relay and the expiry source publish through it.
-func Signed(k *Keys, publish func(context.Context, event.Event) error) func(context.Context, event.Event) error {
+func Signed(s *Signer, publish func(context.Context, event.Event) error) func(context.Context, event.Event) error {
 	return func(ctx context.Context, e event.Event) error {
-		if err := k.Sign(&e); err != nil {
+		if err := s.Sign(&e); err != nil {
 			return err
 		}
 		return publish(ctx, e)
 	}
 }
 
-func unauthenticated(msg string) error {
-	return &dispatch.Error{Code: dispatch.CodeUnauthenticated, Field: Extension, Message: msg}
+// extensionString returns e's extension name as a string ("" when unset or not a string).
+func extensionString(e event.Event, name string) string {
+	s, _ := e.Extensions()[name].(string)
+	return s
 }
 
-// notConfigured is the error of a verifier without secrets: the deployment is incomplete, not the
-// caller wrong, so it is unavailable (a trigger retries) rather than unauthenticated.
-func notConfigured() error {
-	return dispatch.Unavailable("internal credential check", ErrNoSecret)
+// canonical is the signed message of e: a version line, then the key id, specversion, id, type,
+// source, subject, time (RFC 3339 in UTC with nanoseconds, empty when unset), datacontenttype,
+// dataschema and the hex SHA-256 of the data bytes, each as <length>:<value> on its own line, so no
+// two different events give the same message.
+func canonical(e event.Event) []byte {
+	at := ""
+	if t := e.Time(); !t.IsZero() {
+		at = t.UTC().Format(time.RFC3339Nano)
+	}
+	digest := sha256.Sum256(e.Data())
+	var b strings.Builder
+	b.WriteString("flagdown-event-v2\n")
+	for _, v := range [...]string{
+		extensionString(e, KeyIDExtension), e.SpecVersion(), e.ID(), e.Type(), e.Source(), e.Subject(), at,
+		e.DataContentType(), e.DataSchema(), hex.EncodeToString(digest[:]),
+	} {
+		b.WriteString(strconv.Itoa(len(v)))
+		b.WriteByte(':')
+		b.WriteString(v)
+		b.WriteByte('\n')
+	}
+	return []byte(b.String())
 }
 
-// Verify checks e's Extension attribute against every secret in constant time. It returns nil for
-// a valid signature, a CodeUnauthenticated *dispatch.Error (field flagdownsig) for a missing,
-// malformed or wrong one, and a CodeUnavailable error when k holds no secret.
-func (k *Keys) Verify(e event.Event) error {
-	if !k.Configured() {
-		return notConfigured()
+// Verifier checks event signatures against a set of public keys (key id → key). The zero value and
+// nil verify nothing. Verifiers are safe for concurrent use.
+type Verifier struct {
+	keys   map[string]ed25519.PublicKey
+	maxAge time.Duration
+	now    func() time.Time
+}
+
+// ParseVerifier reads the value of VerifyKeysVariable (entries separated by commas, surrounding
+// whitespace trimmed, empty entries ignored; a key id given twice is an error) and returns a
+// Verifier refusing events older than maxAge (MinMaxAge when maxAge <= 0). An empty value gives a
+// nil Verifier and no error (nothing configured).
+func ParseVerifier(value string, maxAge time.Duration) (*Verifier, error) {
+	v := &Verifier{keys: map[string]ed25519.PublicKey{}, maxAge: maxAge, now: time.Now}
+	if v.maxAge <= 0 {
+		v.maxAge = MinMaxAge
 	}
-	v, ok := e.Extensions()[Extension]
+	for _, entry := range strings.Split(value, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		kid, pub, err := splitKey(VerifyKeysVariable, entry, ed25519.PublicKeySize)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := v.keys[kid]; dup {
+			return nil, fmt.Errorf("internalauth: %s: key id %s given twice", VerifyKeysVariable, kid)
+		}
+		v.keys[kid] = pub
+	}
+	if len(v.keys) == 0 {
+		return nil, nil
+	}
+	return v, nil
+}
+
+// WithClock returns a copy of v that reads the time from now (tests of the age checks).
+func (v *Verifier) WithClock(now func() time.Time) *Verifier {
+	c := *v
+	c.now = now
+	return &c
+}
+
+// Configured reports whether v holds at least one key.
+func (v *Verifier) Configured() bool { return v != nil && len(v.keys) > 0 }
+
+// KeyIDs returns the ids of v's keys, sorted.
+func (v *Verifier) KeyIDs() []string {
+	if v == nil {
+		return nil
+	}
+	out := make([]string, 0, len(v.keys))
+	for k := range v.keys {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// MaxAge returns the age beyond which v refuses events.
+func (v *Verifier) MaxAge() time.Duration {
+	if v == nil {
+		return 0
+	}
+	return v.maxAge
+}
+
+func refused(reason, msg string) error {
+	return &dispatch.Error{Code: dispatch.CodeUnauthenticated, Field: Extension, Reason: reason, Message: msg}
+}
+
+// Verify checks e: a signature (Extension) by the key its KeyIDExtension names, one of v's keys,
+// over the attributes and data e carries, and a time no older than v's maximum age and no more than
+// MaxFutureSkew ahead. It returns nil, a CodeUnauthenticated *dispatch.Error (field flagdownsig,
+// Reason one of the Reason constants), or a CodeUnavailable error when v holds no key (the
+// deployment is incomplete, not the caller wrong: a trigger retries).
+func (v *Verifier) Verify(e event.Event) error {
+	if !v.Configured() {
+		return dispatch.Unavailable("event signature check",
+			errors.New("internalauth: no event verification keys configured ("+VerifyKeysVariable+")"))
+	}
+	raw, ok := e.Extensions()[Extension]
 	if !ok {
-		return unauthenticated(Extension + ": an internal event must carry the signature of flagdown's relay or expiry source")
+		return refused(ReasonUnsigned, Extension+": an internal event must carry the signature of flagdown's relay or expiry source")
 	}
-	s, ok := v.(string)
+	s, ok := raw.(string)
+	sig, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(s, version))
+	if !ok || !strings.HasPrefix(s, version) || err != nil || len(sig) != ed25519.SignatureSize {
+		return refused(ReasonMalformed, Extension+": malformed signature")
+	}
+	pub, ok := v.keys[extensionString(e, KeyIDExtension)]
 	if !ok {
-		return unauthenticated(Extension + ": must be a string")
+		return refused(ReasonUnknownKey, Extension+": signed with a key this deployment does not accept ("+KeyIDExtension+")")
 	}
-	got, err := hex.DecodeString(strings.TrimPrefix(s, version))
-	if !strings.HasPrefix(s, version) || err != nil || len(got) != sha256.Size {
-		return unauthenticated(Extension + ": malformed signature")
+	if !ed25519.Verify(pub, canonical(e), sig) {
+		return refused(ReasonBadSignature, Extension+": signature does not match the event")
 	}
-	msg := canonical(e)
-	okAny := 0
-	for _, secret := range k.secrets {
-		okAny |= subtle.ConstantTimeCompare(got, mac(secret, msg))
-	}
-	if okAny != 1 {
-		return unauthenticated(Extension + ": signature does not match the event")
+	now := v.now()
+	switch at := e.Time(); {
+	case at.IsZero() || now.Sub(at) > v.maxAge:
+		return refused(ReasonTooOld, fmt.Sprintf("%s: the event is older than %s (time %s)", Extension, v.maxAge, at.UTC().Format(time.RFC3339)))
+	case at.Sub(now) > MaxFutureSkew:
+		return refused(ReasonFuture, fmt.Sprintf("%s: the event's time %s is ahead of this clock by more than %s", Extension, at.UTC().Format(time.RFC3339), MaxFutureSkew))
 	}
 	return nil
 }
 
-// Token returns the bearer credential of calls that are not events (the reconcile cron): the first
-// secret. Send it as SetBearer does.
-func (k *Keys) Token() (string, error) {
-	if !k.Configured() {
-		return "", ErrNoSecret
-	}
-	return string(k.secrets[0]), nil
+// Tokens are the bearer tokens of internal calls that are not events. The zero value and nil hold
+// none: they send nothing and accept nothing. Tokens are safe for concurrent use.
+type Tokens struct {
+	tokens [][]byte
 }
 
-// SetBearer sets r's Authorization header to Bearer <Token>.
-func (k *Keys) SetBearer(r *http.Request) error {
-	t, err := k.Token()
-	if err != nil {
-		return err
+// ParseTokens reads the value of TokenVariable: tokens separated by commas, surrounding whitespace
+// trimmed, empty entries ignored. An empty value gives nil Tokens and no error (nothing configured);
+// a token shorter than MinTokenBytes is an error.
+func ParseTokens(value string) (*Tokens, error) {
+	var t Tokens
+	for i, s := range strings.Split(value, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if len(s) < MinTokenBytes {
+			return nil, fmt.Errorf("internalauth: %s: token %d is %d bytes, at least %d needed", TokenVariable, i+1, len(s), MinTokenBytes)
+		}
+		t.tokens = append(t.tokens, []byte(s))
 	}
-	r.Header.Set("Authorization", "Bearer "+t)
+	if len(t.tokens) == 0 {
+		return nil, nil
+	}
+	return &t, nil
+}
+
+// GenerateToken returns a random token of 32 bytes in hex (flagdown dev, chaos runs).
+func GenerateToken() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// Configured reports whether t holds at least one token.
+func (t *Tokens) Configured() bool { return t != nil && len(t.tokens) > 0 }
+
+// Contains reports whether s is one of t's tokens (configuration checks: a token must not be a
+// signing key).
+func (t *Tokens) Contains(s string) bool {
+	if t == nil {
+		return false
+	}
+	for _, tok := range t.tokens {
+		if string(tok) == s {
+			return true
+		}
+	}
+	return false
+}
+
+// SetBearer sets r's Authorization header to Bearer <the first token>.
+func (t *Tokens) SetBearer(r *http.Request) error {
+	if !t.Configured() {
+		return ErrNoToken
+	}
+	r.Header.Set("Authorization", "Bearer "+string(t.tokens[0]))
 	return nil
 }
 
-// VerifyRequest checks that r carries Authorization: Bearer <one of the secrets>, compared in
+// VerifyRequest checks that r carries Authorization: Bearer <one of the tokens>, compared in
 // constant time. It returns nil, a CodeUnauthenticated *dispatch.Error (field Authorization) when
-// the header is missing or wrong, or a CodeUnavailable error when k holds no secret.
-func (k *Keys) VerifyRequest(r *http.Request) error {
-	if !k.Configured() {
-		return notConfigured()
+// the header is missing or wrong, or a CodeUnavailable error when t holds no token.
+func (t *Tokens) VerifyRequest(r *http.Request) error {
+	if !t.Configured() {
+		return dispatch.Unavailable("internal credential check", ErrNoToken)
 	}
 	h := r.Header.Get("Authorization")
 	scheme, token, found := strings.Cut(h, " ")
 	if !found || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return &dispatch.Error{Code: dispatch.CodeUnauthenticated, Field: "Authorization",
-			Message: "Authorization: an internal call needs Bearer <internal secret>"}
+			Message: "Authorization: an internal call needs Bearer <internal token>"}
 	}
 	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
 	okAny := 0
-	for _, secret := range k.secrets {
-		want := sha256.Sum256(secret)
+	for _, tok := range t.tokens {
+		want := sha256.Sum256(tok)
 		okAny |= subtle.ConstantTimeCompare(got[:], want[:])
 	}
 	if okAny != 1 {
 		return &dispatch.Error{Code: dispatch.CodeUnauthenticated, Field: "Authorization",
-			Message: "Authorization: the internal credential is not valid"}
+			Message: "Authorization: the internal token is not valid"}
 	}
 	return nil
 }

@@ -124,6 +124,14 @@ var (
 		Name: "flagdown_push_messages_total",
 		Help: "Messages posted to phone connections, by result (posted, gone, failed).",
 	}, []string{"result"})
+
+	// EventsRefused counts events a consumer refused before acting, by function and reason
+	// (shared/internalauth: unsigned, malformed_signature, unknown_key, bad_signature, too_old,
+	// future_time; not_configured when the function has no verification keys).
+	EventsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flagdown_events_refused_total",
+		Help: "Events refused by their signature or age before any effect, by function and reason.",
+	}, []string{"function", "reason"})
 )
 
 // Families are the names of every flagdown family this package defines, in the order of the
@@ -145,6 +153,7 @@ var Families = []string{
 	"flagdown_hail_presses_total",
 	"flagdown_surge_multiplier",
 	"flagdown_push_messages_total",
+	"flagdown_events_refused_total",
 	"flagdown_available_drivers",
 	"flagdown_open_rides",
 }
@@ -155,7 +164,7 @@ func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		HTTPRequests, HTTPDuration, MatchOutcomes, MatchDuration, OfferResponses, TimerLateness,
 		OutboxPublished, TriggerDeliveries, TriggerRetries, TriggerDeadLetters, ReconcileRepairs,
-		Pings, HailPresses, SurgeMultiplier, PushMessages,
+		Pings, HailPresses, SurgeMultiplier, PushMessages, EventsRefused,
 	}
 }
 

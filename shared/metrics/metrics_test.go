@@ -36,6 +36,7 @@ func touchAll() {
 	metrics.HailPresses.WithLabelValues("lint", "lint")
 	metrics.SurgeMultiplier.WithLabelValues("lint")
 	metrics.PushMessages.WithLabelValues("lint")
+	metrics.EventsRefused.WithLabelValues("lint", "lint")
 }
 
 // TestFamiliesLint: every family passes promlint (names, units, _total on counters, help texts).

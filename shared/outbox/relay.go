@@ -60,10 +60,11 @@ type Options struct {
 	// FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH to exit the process there, the crash the relay's
 	// at-least-once publishing must survive.
 	AfterPublish func()
-	// Keys sign every published event (internalauth.Keys.Sign: the flagdownsig extension the
-	// consumers verify). nil publishes unsigned events, which consumers refuse; `flagdown relay` and
-	// `flagdown dev` always set it.
-	Keys *internalauth.Keys
+	// Keys sign every published event with the relay's private key (internalauth.Signer.Sign: the
+	// flagdownsig and flagdownkid extensions the consumers verify, over the attributes and the data
+	// bytes). nil publishes unsigned events, which consumers refuse; `flagdown relay` and `flagdown
+	// dev` always set it.
+	Keys *internalauth.Signer
 }
 
 // Relay publishes outbox rows. Create it with New; it is safe to run several relays, in one process
@@ -76,7 +77,7 @@ type Relay struct {
 	log     *slog.Logger
 	wake    chan struct{}
 	after   func()
-	keys    *internalauth.Keys
+	keys    *internalauth.Signer
 }
 
 // New returns a relay publishing db's outbox rows with publish.

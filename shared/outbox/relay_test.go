@@ -19,6 +19,7 @@ import (
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/shared/broker"
+	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/outbox"
 	"github.com/flagdown/flagdown/shared/pgstore"
 )
@@ -335,5 +336,44 @@ func TestNotifyWakesRelay(t *testing.T) {
 	eventually(t, "the second row published on NOTIFY", func() bool { return unpublished(t, db) == 0 })
 	if n := len(streamEvents(t, b)); n != 2 {
 		t.Fatalf("stream holds %d events, want 2", n)
+	}
+}
+
+// TestRelaySignsWhatItPublishes: every event the relay publishes verifies with its public key after
+// the broker stored it, data as PostgreSQL's jsonb prints it included, and refuses a change to the
+// stored data.
+func TestRelaySignsWhatItPublishes(t *testing.T) {
+	t.Parallel()
+	db := testkit.DB(t)
+	b := newBroker(t)
+	signer, err := internalauth.GenerateSigner("relay-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := internalauth.ParseVerifier(signer.VerifyKey(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insert(t, db, payload{Key: "k1", N: 1}, payload{Key: "k2", N: 2})
+	r := outbox.New(db, b.Publish, outbox.Options{Log: quiet(t), Keys: signer})
+	if n, err := r.RunOnce(context.Background()); err != nil || n != 2 {
+		t.Fatalf("RunOnce: %d, %v", n, err)
+	}
+	got := streamEvents(t, b)
+	if len(got) != 2 {
+		t.Fatalf("%d events in the stream, want 2", len(got))
+	}
+	for _, e := range got {
+		if err := v.Verify(e); err != nil {
+			t.Errorf("event %s: %v", e.ID(), err)
+		}
+		if e.Extensions()[internalauth.KeyIDExtension] != "relay-test" {
+			t.Errorf("event %s: key id %v", e.ID(), e.Extensions()[internalauth.KeyIDExtension])
+		}
+		altered := e.Clone()
+		altered.DataEncoded = []byte(strings.Replace(string(e.Data()), `"n"`, `"N"`, 1))
+		if err := v.Verify(altered); err == nil {
+			t.Errorf("event %s with altered data verified", e.ID())
+		}
 	}
 }

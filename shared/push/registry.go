@@ -37,7 +37,7 @@ const MaxConnectionsPerUser = 5
 
 // The headers of the gateway's integration calls to the notify function (API Gateway request
 // parameter mappings in production, flagdown dev's local gateway here), besides the internal
-// Authorization: Bearer <internal secret>.
+// Authorization: Bearer <internal token> (FLAGDOWN_INTERNAL_TOKEN).
 const (
 	// HeaderConnectionID carries the gateway's connection id (context.connectionId) on every call.
 	HeaderConnectionID = "X-Flagdown-Connection-Id"

@@ -223,12 +223,12 @@ type Event struct {
 }
 
 // SendEvent sends ev to h as a binary-mode CloudEvents HTTP request, written by the sdk-go HTTP
-// binding and signed with testkit.InternalKeys like the relay signs, and returns the status and
+// binding and signed with testkit.EventSigner like the relay signs, and returns the status and
 // decoded answer.
 func SendEvent(t testing.TB, h http.Handler, ev Event) (int, JSON) {
 	t.Helper()
 	ce := BuildEvent(t, ev)
-	if err := testkit.InternalKeys().Sign(&ce); err != nil {
+	if err := testkit.EventSigner().Sign(&ce); err != nil {
 		t.Fatalf("sign event: %v", err)
 	}
 	return SendCloudEvent(t, h, ce)

@@ -11,42 +11,59 @@ import (
 )
 
 // InternalHeaders returns the headers of an internal call that is not an event (the reconcile
-// cron): Authorization: Bearer testkit.InternalSecret.
+// cron, the gateway's integrations): Authorization: Bearer testkit.InternalToken.
 func InternalHeaders() map[string]string {
-	return map[string]string{"Authorization": "Bearer " + testkit.InternalSecret}
+	return map[string]string{"Authorization": "Bearer " + testkit.InternalToken}
 }
 
-// Forgeries returns what a client without the internal secret can send instead of the event ev
-// describes, by name: no signature, a signature made with another secret, a malformed signature,
-// and a valid signature of the same event with another subject (a captured signature replayed).
+// Forgeries returns what a client without the signing key can send instead of the event ev
+// describes, by name: no signature, a signature by a key outside the verification set (under
+// another key id, and under the accepted one), a malformed signature, a signature of the old HMAC
+// scheme, a valid signature of the same event with another subject (a captured signature
+// replayed), and the signed event with its data altered.
 func Forgeries(t testing.TB, ev Event) map[string]event.Event {
 	t.Helper()
 	base := BuildEvent(t, ev)
 	out := map[string]event.Event{"no signature": base.Clone()}
 
-	other, err := internalauth.New("not-the-internal-secret-0123456789")
-	if err != nil {
-		t.Fatal(err)
+	for name, kid := range map[string]string{"a key outside the verification set": "attacker", "another key under the accepted key id": testkit.EventSigner().KeyID()} {
+		other, err := internalauth.GenerateSigner(kid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrong := base.Clone()
+		if err := other.Sign(&wrong); err != nil {
+			t.Fatal(err)
+		}
+		out[name] = wrong
 	}
-	wrong := base.Clone()
-	if err := other.Sign(&wrong); err != nil {
-		t.Fatal(err)
-	}
-	out["another secret"] = wrong
 
 	malformed := base.Clone()
-	malformed.SetExtension(internalauth.Extension, "v1=not-hex")
+	malformed.SetExtension(internalauth.KeyIDExtension, testkit.EventSigner().KeyID())
+	malformed.SetExtension(internalauth.Extension, "v2=not-a-signature")
 	out["malformed signature"] = malformed
+
+	hmac := base.Clone()
+	hmac.SetExtension(internalauth.Extension, "v1=0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
+	out["an HMAC signature of the old scheme"] = hmac
 
 	elsewhere := base.Clone()
 	elsewhere.SetSubject(base.Subject() + "-other")
-	sig, err := testkit.InternalKeys().Signature(elsewhere)
-	if err != nil {
+	if err := testkit.EventSigner().Sign(&elsewhere); err != nil {
 		t.Fatal(err)
 	}
 	replayed := base.Clone()
-	replayed.SetExtension(internalauth.Extension, sig)
+	replayed.SetTime(elsewhere.Time())
+	replayed.SetExtension(internalauth.KeyIDExtension, elsewhere.Extensions()[internalauth.KeyIDExtension])
+	replayed.SetExtension(internalauth.Extension, elsewhere.Extensions()[internalauth.Extension])
 	out["signature of another subject"] = replayed
+
+	altered := base.Clone()
+	if err := testkit.EventSigner().Sign(&altered); err != nil {
+		t.Fatal(err)
+	}
+	altered.DataEncoded = append(append([]byte(nil), altered.DataEncoded...), ' ')
+	out["signed event with altered data"] = altered
 	return out
 }
 
@@ -66,5 +83,5 @@ func SendForgeries(t testing.TB, h http.Handler, ev Event) {
 	}
 }
 
-// SignForTest signs ce with testkit.InternalKeys, as the relay signs what it publishes.
-func SignForTest(ce *event.Event) error { return testkit.InternalKeys().Sign(ce) }
+// SignForTest signs ce with testkit.EventSigner, as the relay signs what it publishes.
+func SignForTest(ce *event.Event) error { return testkit.EventSigner().Sign(ce) }

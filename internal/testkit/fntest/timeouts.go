@@ -214,8 +214,9 @@ func (e *Env) Exec(t testing.TB, sql string, args ...any) {
 	}
 }
 
-// StartRelay runs an outbox relay over this test's schema, publishing to a JetStream stream of its
-// own on testkit.NATS, until the test ends; it returns the broker.
+// StartRelay runs an outbox relay over this test's schema, signing with testkit.EventSigner and
+// publishing to a JetStream stream of its own on testkit.NATS, until the test ends; it returns the
+// broker.
 func (e *Env) StartRelay(t testing.TB) *broker.Broker {
 	t.Helper()
 	id := testkit.ID()
@@ -225,7 +226,7 @@ func (e *Env) StartRelay(t testing.TB) *broker.Broker {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	relay := outbox.New(e.D.DB, b.Publish, outbox.Options{Log: e.D.Log, PollInterval: 100 * time.Millisecond})
+	relay := outbox.New(e.D.DB, b.Publish, outbox.Options{Log: e.D.Log, PollInterval: 100 * time.Millisecond, Keys: testkit.EventSigner()})
 	go func() {
 		defer close(done)
 		_ = relay.Run(ctx)

@@ -43,6 +43,7 @@ import (
 
 	"github.com/flagdown/flagdown/cmd/flagdown/internal/replay"
 	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/internalauth"
 )
 
 // Kind names a fault; kinds are the keys of Summary.Faults.
@@ -272,6 +273,10 @@ func (r *run) setup(ctx context.Context) error {
 		return err
 	}
 	r.sum.RedisURL = r.redis.url()
+	signer, err := eventSigner()
+	if err != nil {
+		return err
+	}
 	vars := map[string]string{
 		"DATABASE_URL":                r.opts.DatabaseURL,
 		"FLAGDOWN_DB_SCHEMA":          schema,
@@ -279,7 +284,9 @@ func (r *run) setup(ctx context.Context) error {
 		"FLAGDOWN_REDIS_PREFIX":       prefix,
 		"FLAGDOWN_NATS_STREAM":        "FLAGDOWN",
 		"FLAGDOWN_RECONCILE_INTERVAL": r.opts.ReconcileInterval.String(),
-		"FLAGDOWN_INTERNAL_SECRET":    internalSecret(),
+		"FLAGDOWN_EVENT_SIGNING_KEY":  signer.Secret(),
+		"FLAGDOWN_EVENT_VERIFY_KEYS":  signer.VerifyKey(),
+		"FLAGDOWN_INTERNAL_TOKEN":     internalauth.GenerateToken(),
 		"FLAGDOWN_JWT_SECRET":         tokenSecret(),
 	}
 	if r.cfg, err = config.FromEnv(vars); err != nil {

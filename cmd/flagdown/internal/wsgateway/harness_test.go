@@ -46,7 +46,7 @@ type call struct {
 // integrations is a real HTTP server standing for the notify function's three routes.
 type integrations struct {
 	srv                             *httptest.Server
-	keys                            *internalauth.Keys
+	keys                            *internalauth.Tokens
 	connects, messages, disconnects chan call
 
 	mu            sync.Mutex
@@ -57,7 +57,7 @@ type integrations struct {
 
 func newIntegrations(t *testing.T) *integrations {
 	t.Helper()
-	keys, err := internalauth.New("internal-secret-for-tests-0123456789")
+	keys, err := internalauth.ParseTokens("internal-token-for-tests-0123456789abcdef")
 	if err != nil {
 		t.Fatal(err)
 	}
