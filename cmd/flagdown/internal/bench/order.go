@@ -85,6 +85,7 @@ func (r *runner) orderCreate(ctx context.Context) error {
 	// measured over the handler's rides only.
 	var rates, tpss, ratios, cpus, reds []float64
 	var bares, notifies []float64 // pgbench with outbox triggers disabled, with the old NOTIFY trigger
+	var migratedRatios, notifyRatios []float64 // per round: as migrated / disabled, old trigger / disabled
 	var rides int64
 	var grownTotal int64 // bytes the tables grew by during the handler's runs
 	for round := range rounds {
@@ -113,6 +114,7 @@ func (r *runner) orderCreate(ctx context.Context) error {
 			return err
 		}
 		bares, notifies = append(bares, bare), append(notifies, notify)
+		migratedRatios, notifyRatios = append(migratedRatios, tps/bare), append(notifyRatios, notify/bare)
 		rides, grownTotal = rides+n, grownTotal+t1-t0
 		rates, tpss, ratios = append(rates, rate), append(tpss, tps), append(ratios, rate/tps)
 		cpus, reds = append(cpus, cpuUs), append(reds, redisUs)
@@ -127,11 +129,13 @@ func (r *runner) orderCreate(ctx context.Context) error {
 	r.rep.add(Row{Section: "order-create", Name: fmt.Sprintf("HTTP order-create, %d conns", orderClients), Value: median(rates), Unit: "rides/s",
 		Ceiling: fmt.Sprintf("pgbench same transaction -c %d -M prepared", orderClients), CeilingValue: r.orderCeiling,
 		Ratio: ratio, Target: "ratio ≥ 0.6", Met: met(ratio >= 0.6), Note: note})
-	asMigrated, bare, notify := median(tpss), median(bares), median(notifies)
-	r.rep.add(Row{Section: "order-create", Name: "pgbench order-create transaction, schema as migrated", Value: asMigrated, Unit: "tx/s",
-		Ceiling: "same, outbox triggers disabled (no NOTIFY)", CeilingValue: bare, Ratio: asMigrated / bare,
-		Target: "ratio ≥ 0.9", Met: met(asMigrated/bare >= 0.9),
-		Note: fmt.Sprintf("with the old per-commit NOTIFY trigger: %.0f tx/s (ratio %.2f); relays poll instead (docs/performance.md#outbox-without-notify)", notify, notify/bare)})
+	// Medians of the rounds' ratios, as for the HTTP row: each round's three runs are back to back.
+	migratedRatio, notifyRatio := median(migratedRatios), median(notifyRatios)
+	r.rep.add(Row{Section: "order-create", Name: "pgbench order-create transaction, schema as migrated", Value: median(tpss), Unit: "tx/s",
+		Ceiling: "same, outbox triggers disabled (no NOTIFY)", CeilingValue: median(bares), Ratio: migratedRatio,
+		Target: "ratio ≥ 0.9", Met: met(migratedRatio >= 0.9),
+		Note: fmt.Sprintf("with the old per-commit NOTIFY trigger: %.0f tx/s (ratio %.2f); relays poll instead (docs/performance.md#outbox-without-notify)",
+			median(notifies), notifyRatio)})
 	// Per ride over every row of the stage (flagdown's and pgbench's, the same two INSERTs): the
 	// deltas of flagdown's rounds alone are 0 when they fit in pages pgbench left with free space.
 	total, heap, err := tableBytes(ctx, st.deps.DB)
