@@ -84,7 +84,7 @@ func (r *runner) orderCreate(ctx context.Context) error {
 	// both; the table gives medians and the median of the rounds' ratios. Bytes per ride are
 	// measured over the handler's rides only.
 	var rates, tpss, ratios, cpus, reds []float64
-	var bares, notifies []float64 // pgbench with outbox triggers disabled, with the old NOTIFY trigger
+	var bares, notifies []float64              // pgbench with outbox triggers disabled, with the old NOTIFY trigger
 	var migratedRatios, notifyRatios []float64 // per round: as migrated / disabled, old trigger / disabled
 	var rides int64
 	var grownTotal int64 // bytes the tables grew by during the handler's runs
