@@ -169,15 +169,26 @@ func holdAt(point string, reached, release chan struct{}) func(string, string) {
 }
 
 // raceCopies returns two sources over e that are not running (the test drives their paths), and a
-// key whose index entry is already due while the key lives for 300 ms more.
+// key whose index entry is already due while the key lives for a minute more (expireNow ends it
+// when the test says).
 func raceCopies(t *testing.T, e *env, name string) (a, b *Source, key string) {
 	t.Helper()
 	a = New(e.store, e.broker.Publish, Options{Log: testLog(t)})
 	b = New(e.store, e.broker.Publish, Options{Log: testLog(t)})
 	key = e.prefix + "hb:" + name
 	now := time.Now()
-	e.setTimerIndexed(t, key, now.Add(300*time.Millisecond).UnixMilli(), now.Add(-time.Second).UnixMilli())
+	e.setTimerIndexed(t, key, now.Add(time.Minute).UnixMilli(), now.Add(-time.Second).UnixMilli())
 	return a, b, key
+}
+
+// expireNow makes key expire in 1 ms (Redis expires it as it would at its deadline) and waits
+// until it is gone.
+func (e *env) expireNow(t testing.TB, key string) {
+	t.Helper()
+	if err := e.rdb.PExpire(context.Background(), key, time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.waitGone(t, key)
 }
 
 // TestSweeperReadsTheDeadlineAfterTheKeyIsGone: copy A's sweeper reads the due entry and is held;
@@ -196,7 +207,7 @@ func TestSweeperReadsTheDeadlineAfterTheKeyIsGone(t *testing.T) {
 	if _, err := b.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e.waitGone(t, key)
+	e.expireNow(t, key)
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -223,7 +234,7 @@ func TestIndexIsNotCorrectedAfterTheKeyIsGone(t *testing.T) {
 	aDone := make(chan error, 1)
 	go func() { _, err := a.Sweep(ctx); aDone <- err }()
 	<-aReached
-	e.waitGone(t, key)
+	e.expireNow(t, key)
 	bReached, bRelease := make(chan struct{}), make(chan struct{})
 	b.hook = holdAt(hookPublish, bReached, bRelease)
 	bDone := make(chan struct{})
@@ -279,6 +290,20 @@ func (e *env) waitKeys(t testing.TB, keys []string, within time.Duration) map[st
 	}
 }
 
+// waitStats waits until s's counters satisfy ok: a subscriber can see an event before the source's
+// publish call has returned and counted it.
+func waitStats(t testing.TB, s *Source, within time.Duration, ok func(Stats) bool) Stats {
+	t.Helper()
+	end := time.Now().Add(within)
+	for {
+		st := s.Stats()
+		if ok(st) || time.Now().After(end) {
+			return st
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // stored counts the events stored in the stream (after JetStream's de-duplication).
 func (e *env) stored(t testing.TB) uint64 {
 	t.Helper()
@@ -318,7 +343,7 @@ func testHeartbeatExpiryPublishesOneEvent(t *testing.T, newEnv envFunc) {
 	if n, _ := e.rdb.ZScore(context.Background(), e.store.DeadlinesKey(), key).Result(); n != 0 {
 		t.Fatalf("deadline entry still indexed (%v)", n)
 	}
-	if st := s.Stats(); st.Published == 0 {
+	if st := waitStats(t, s, 5*time.Second, func(st Stats) bool { return st.Published > 0 }); st.Published == 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -413,7 +438,7 @@ func testIgnoresOtherKeys(t *testing.T, newEnv envFunc) {
 	if got := e.firstByKey(); len(got) != 1 {
 		t.Fatalf("events for %v, want only the retry timer", slices.Collect(mapsKeys(got)))
 	}
-	if st := s.Stats(); st.Published == 0 {
+	if st := waitStats(t, s, 5*time.Second, func(st Stats) bool { return st.Published > 0 }); st.Published == 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -469,7 +494,7 @@ func testSweeperPublishesMissedExpiry(t *testing.T, newEnv envFunc) {
 	if !got.Data.Swept || got.Data.DeadlineMs != d || got.ID != EventID(key, d) {
 		t.Fatalf("event %+v, want swept with deadline %d", got, d)
 	}
-	if st := s.Stats(); st.Swept != 1 {
+	if st := waitStats(t, s, 5*time.Second, func(st Stats) bool { return st.Swept >= 1 }); st.Swept != 1 {
 		t.Fatalf("stats %+v, want one swept", st)
 	}
 }
