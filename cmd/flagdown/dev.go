@@ -237,6 +237,9 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 		return nil, err
 	}
 	relay := outbox.New(p.deps.DB, p.broker.Publish, outbox.Options{PollInterval: cfg.RelayPollInterval, Log: log, Keys: signer})
+	// The functions run in this process: each commit that wrote an outbox row wakes the relay at
+	// once; the poll stays for rows other processes commit.
+	p.deps.DB.OnOutboxCommit(relay.Wake)
 	expirySource := expiry.New(p.deps.Redis, p.broker.Publish, expiry.Options{SweepInterval: cfg.ExpirySweepInterval, Log: log, Keys: signer})
 	reconcileCron := func(ctx context.Context) error {
 		return cron(ctx, "http://"+p.Addr()+"/function/reconcile", cfg.ReconcileInterval, tokens, log)

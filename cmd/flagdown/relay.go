@@ -19,8 +19,10 @@ func newRelayCmd() *cobra.Command {
 		Use:   "relay",
 		Short: "Run the outbox relay alone: publish outbox rows to the broker (K_SINK or NATS_URL)",
 		Long: `Publishes the events transactions wrote to the outbox table to the Knative Broker at K_SINK, or
-else the NATS JetStream broker at NATS_URL, in commit order per ride, and marks them published. Wakes on LISTEN/NOTIFY with a
-polling fallback (FLAGDOWN_RELAY_POLL_INTERVAL). Several copies may run at once. flagdown dev runs
+else the NATS JetStream broker at NATS_URL, in commit order per ride, and marks them published. Finds rows by
+polling the unpublished-row index (waits of 2 ms doubling up to FLAGDOWN_RELAY_POLL_INTERVAL, 50 ms by
+default: the bound from a commit to its publication) and on an explicit NOTIFY (reconcile); nothing
+notifies at commit. Several copies may run at once. flagdown dev runs
 one itself; this command is for deployments where the relay is its own Deployment.
 FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH=N (chaos runs only) makes it exit with status 86 after
 its N-th published event, before marking it. --metrics-addr serves its Prometheus metrics

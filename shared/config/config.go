@@ -177,8 +177,10 @@ type Config struct {
 	LogLevel slog.Level `env:"FLAGDOWN_LOG_LEVEL" envDefault:"info"`
 	// TriggerMaxDeliver is how many times a trigger delivers an event before dead-lettering it.
 	TriggerMaxDeliver int `env:"FLAGDOWN_TRIGGER_MAX_DELIVER" envDefault:"5"`
-	// RelayPollInterval is the outbox relay's polling fallback when no NOTIFY arrives.
-	RelayPollInterval time.Duration `env:"FLAGDOWN_RELAY_POLL_INTERVAL" envDefault:"1s"`
+	// RelayPollInterval is the outbox relay's longest wait between two looks for unpublished rows
+	// (outbox.Options.PollInterval, 50 ms): the bound, beyond a look and a round, from a commit in
+	// another process to its publication.
+	RelayPollInterval time.Duration `env:"FLAGDOWN_RELAY_POLL_INTERVAL" envDefault:"50ms"`
 	// ExpirySweepInterval is how often the expiry source sweeps the deadline set for overdue timed
 	// keys (200 ms: timeouts acted on well within 1 s of their deadline).
 	ExpirySweepInterval time.Duration `env:"FLAGDOWN_EXPIRY_SWEEP_INTERVAL" envDefault:"200ms"`

@@ -6,6 +6,14 @@
 // ordering key with FOR UPDATE SKIP LOCKED, so a key's rows are published by one relay at a time and
 // in order. Publishing is at least once: a relay that dies after publishing but before committing
 // publishes the row again, and the broker drops the duplicate by event id.
+//
+// Nothing signals at commit (a NOTIFY per transaction would serialize commits on PostgreSQL's
+// notify-queue lock). A relay finds rows in three ways: it polls the outbox_unpublished partial
+// index, one single-row index probe per look, with waits that start at MinPollInterval after a round
+// that published and double while looks find nothing, up to PollInterval (the latency bound for rows
+// committed by another process); Wake, which the process that committed a row calls through
+// pgstore.DB.OnOutboxCommit (publishing at once in that process); and an explicit NOTIFY on Channel
+// (pgstore.DB.WakeRelays).
 package outbox
 
 import (
@@ -28,14 +36,18 @@ import (
 	"github.com/flagdown/flagdown/shared/tracing"
 )
 
-// Channel is the PostgreSQL NOTIFY channel the outbox insert trigger signals; the payload is the
-// schema name of the table that received rows.
+// Channel is the PostgreSQL NOTIFY channel that wakes the relays of a schema (the payload is the
+// schema name) when someone asks for it (pgstore.DB.WakeRelays). No trigger notifies at commit.
 const Channel = "flagdown_outbox"
 
 // Defaults of Options.
 const (
-	// DefaultPollInterval is how often a relay looks for rows when no notification arrives.
-	DefaultPollInterval = time.Second
+	// DefaultPollInterval is the longest wait between two looks for rows of an idle relay, 50 ms:
+	// the bound, beyond a probe and a round, from a commit in another process to its publication.
+	DefaultPollInterval = 50 * time.Millisecond
+	// DefaultMinPollInterval is the first wait after a round that published rows, 2 ms; waits
+	// double from it while looks find nothing.
+	DefaultMinPollInterval = 2 * time.Millisecond
 	// DefaultBatch is the most rows one round publishes.
 	DefaultBatch = 200
 	// publishConcurrency bounds the ordering keys published in parallel in one round.
@@ -47,9 +59,15 @@ type PublishFunc func(ctx context.Context, e event.Event) error
 
 // Options tune a Relay. Zero values mean the defaults.
 type Options struct {
-	// PollInterval is the polling fallback when no NOTIFY arrives (config RelayPollInterval),
-	// default DefaultPollInterval. It is also the wait after a failed round.
+	// PollInterval is the longest wait between two looks for rows while none are found (config
+	// RelayPollInterval), default DefaultPollInterval. A row committed by another process is
+	// published at most PollInterval plus one look and one round after its commit. It is also the
+	// wait after a failed round.
 	PollInterval time.Duration
+	// MinPollInterval is the first wait after a round that published rows, default
+	// DefaultMinPollInterval (at most PollInterval); each look that finds nothing doubles the wait,
+	// up to PollInterval.
+	MinPollInterval time.Duration
 	// Batch is the most rows one round (one transaction) publishes, default DefaultBatch.
 	Batch int
 	// Log receives a line per failure and reconnect; nil means slog.Default().
@@ -73,20 +91,28 @@ type Relay struct {
 	db      *pgstore.DB
 	publish PublishFunc
 	poll    time.Duration
+	minPoll time.Duration
 	batch   int
 	log     *slog.Logger
 	wake    chan struct{}
 	after   func()
 	keys    *internalauth.Signer
+	// idle, nil in production, is called with each wait of an idle relay before it waits (tests
+	// count looks with it; see export_test.go).
+	idle func(wait time.Duration)
 }
 
 // New returns a relay publishing db's outbox rows with publish.
 func New(db *pgstore.DB, publish func(context.Context, event.Event) error, opts Options) *Relay {
-	r := &Relay{db: db, publish: publish, poll: opts.PollInterval, batch: opts.Batch, log: opts.Log,
-		wake: make(chan struct{}, 1), after: opts.AfterPublish, keys: opts.Keys}
+	r := &Relay{db: db, publish: publish, poll: opts.PollInterval, minPoll: opts.MinPollInterval, batch: opts.Batch,
+		log: opts.Log, wake: make(chan struct{}, 1), after: opts.AfterPublish, keys: opts.Keys}
 	if r.poll <= 0 {
 		r.poll = DefaultPollInterval
 	}
+	if r.minPoll <= 0 {
+		r.minPoll = DefaultMinPollInterval
+	}
+	r.minPoll = min(r.minPoll, r.poll)
 	if r.batch <= 0 {
 		r.batch = DefaultBatch
 	}
@@ -267,9 +293,11 @@ func (r *Relay) publishRow(ctx context.Context, x row) (err error) {
 	return r.publish(ctx, e)
 }
 
-// Run publishes rows until ctx is done, then returns nil. It runs a round whenever a NOTIFY for this
-// schema arrives on Channel (over a dedicated connection, reopened if lost) or PollInterval passes
-// without one, and runs the next round at once while rounds find rows.
+// Run publishes rows until ctx is done, then returns nil. It runs a round at once, then again
+// at once while rounds publish rows; when a round publishes none it looks for unpublished rows
+// (pending) after waits of MinPollInterval doubling up to PollInterval, and runs a round when a look
+// finds some, when Wake is called or when a NOTIFY for this schema arrives on Channel (over a
+// dedicated connection, reopened if lost). After a failed round it waits PollInterval.
 func (r *Relay) Run(ctx context.Context) error {
 	listenDone := make(chan struct{})
 	go func() {
@@ -280,31 +308,73 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	timer := time.NewTimer(r.poll)
 	defer timer.Stop()
+	wait := r.minPoll
 	for {
 		n, err := r.RunOnce(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err != nil {
+		switch {
+		case err != nil:
 			r.log.Warn("outbox round failed", "published", n, "err", err)
-		} else if n > 0 {
+			wait = r.poll
+		case n > 0:
+			wait = r.minPoll
 			continue
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
+		// Idle: look for rows until some are found or a wake-up comes.
+		for {
+			if r.idle != nil {
+				r.idle(wait)
 			}
-		}
-		timer.Reset(r.poll)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-r.wake:
-		case <-timer.C:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+			timer.Reset(wait)
+			woken := false
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-r.wake:
+				woken = true
+			case <-timer.C:
+			}
+			wait = min(2*wait, r.poll)
+			if woken {
+				break
+			}
+			found, err := r.pending(ctx)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err != nil || found {
+				break // a failed look runs a round, which reports the failure
+			}
 		}
 	}
 }
+
+// pendingSQL finds one unpublished row: a single probe of the outbox_unpublished partial index,
+// which holds only unpublished rows, so the look is cheap when there are none.
+const pendingSQL = `SELECT EXISTS (SELECT 1 FROM outbox WHERE published_at IS NULL)`
+
+// pending reports whether the outbox holds an unpublished row (one round trip, no transaction).
+// The row may be held by another relay; the round that follows then publishes nothing.
+func (r *Relay) pending(ctx context.Context) (bool, error) {
+	var found bool
+	if err := r.db.Pool.QueryRow(ctx, pendingSQL).Scan(&found); err != nil {
+		return false, fmt.Errorf("outbox: look for rows: %w", err)
+	}
+	return found, nil
+}
+
+// Wake makes an idle Run run a round now instead of at its next look; it never blocks, and wake-ups
+// that arrive while a round runs fold into one. A process that runs its relay next to the code
+// that writes outbox rows passes it to pgstore.DB.OnOutboxCommit.
+func (r *Relay) Wake() { r.signal() }
 
 // signal wakes Run without blocking.
 func (r *Relay) signal() {
@@ -326,8 +396,8 @@ func (r *Relay) listen(ctx context.Context) {
 		if connected {
 			backoff = 100 * time.Millisecond
 		}
-		r.log.Warn("outbox listen connection lost; polling until it is back", "err", err, "retry_in_ms", backoff.Milliseconds())
-		r.signal()
+		// No catch-up round is needed: the poll finds whatever a lost notification announced.
+		r.log.Warn("outbox listen connection lost; reconnecting (the poll goes on)", "err", err, "retry_in_ms", backoff.Milliseconds())
 		select {
 		case <-ctx.Done():
 			return
@@ -338,7 +408,8 @@ func (r *Relay) listen(ctx context.Context) {
 }
 
 // listenOnce opens a connection, LISTENs and signals on each notification for this schema until
-// the connection fails. connected says whether LISTEN succeeded.
+// the connection fails (rows committed while no connection listened are the poll's). connected
+// says whether LISTEN succeeded.
 func (r *Relay) listenOnce(ctx context.Context) (connected bool, err error) {
 	cfg, err := pgx.ParseConfig(r.db.URL)
 	if err != nil {
@@ -353,8 +424,6 @@ func (r *Relay) listenOnce(ctx context.Context) (connected bool, err error) {
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
 		return false, fmt.Errorf("outbox: LISTEN %s: %w", Channel, err)
 	}
-	// Rows may have been inserted while no connection was listening.
-	r.signal()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {

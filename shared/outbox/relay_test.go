@@ -321,21 +321,171 @@ func TestHeldHeadBlocksItsKeyOnly(t *testing.T) {
 	}
 }
 
-func TestNotifyWakesRelay(t *testing.T) {
+// idleWaits records the waits of a relay's idle loop (outbox.SetIdleHook).
+type idleWaits struct {
+	mu    sync.Mutex
+	waits []time.Duration
+}
+
+func watchIdle(r *outbox.Relay) *idleWaits {
+	w := &idleWaits{}
+	outbox.SetIdleHook(r, func(d time.Duration) {
+		w.mu.Lock()
+		w.waits = append(w.waits, d)
+		w.mu.Unlock()
+	})
+	return w
+}
+
+// count is the number of idle waits so far.
+func (w *idleWaits) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.waits)
+}
+
+// since returns the waits after the first n.
+func (w *idleWaits) since(n int) []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]time.Duration(nil), w.waits[n:]...)
+}
+
+// listenOutbox opens a connection that LISTENs on the outbox channel.
+func listenOutbox(t *testing.T, db *pgstore.DB) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	if _, err := conn.Exec(context.Background(), "LISTEN "+pgx.Identifier{outbox.Channel}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// notified returns the notifications for db's schema that reached conn by now: a query's round
+// trip delivers every notification committed before it, and WaitForNotification with a cancelled
+// context returns only those already delivered.
+func notified(t *testing.T, conn *pgx.Conn, db *pgstore.DB) int {
+	t.Helper()
+	if _, err := conn.Exec(context.Background(), "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	n := 0
+	for {
+		note, err := conn.WaitForNotification(done)
+		if err != nil {
+			return n
+		}
+		if note.Payload == db.Schema {
+			n++
+		}
+	}
+}
+
+func TestPollPublishesWithinItsBoundWithoutNotify(t *testing.T) {
 	t.Parallel()
 	db := testkit.DB(t)
 	b := newBroker(t)
-	// Polling is effectively off: only NOTIFY (and the catch-up round after LISTEN) wakes the relay.
-	run(t, outbox.New(db, b.Publish, outbox.Options{Log: quiet(t), PollInterval: time.Hour}))
+	var trig int
+	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_trigger t
+		JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = 'outbox' AND NOT t.tgisinternal`, db.Schema).Scan(&trig); err != nil {
+		t.Fatal(err)
+	}
+	if trig != 0 {
+		t.Fatalf("outbox has %d triggers, want none (no NOTIFY at commit)", trig)
+	}
+	conn := listenOutbox(t, db)
+
+	// Nothing wakes the relay but its poll: no NOTIFY, and Wake is not hooked to commits.
+	const bound = 40 * time.Millisecond
+	var idleAtPublish atomic.Int64
+	idleAtPublish.Store(-1)
+	var w *idleWaits
+	publish := func(ctx context.Context, e event.Event) error {
+		idleAtPublish.CompareAndSwap(-1, int64(w.count()))
+		return b.Publish(ctx, e)
+	}
+	r := outbox.New(db, publish, outbox.Options{Log: quiet(t), PollInterval: bound, MinPollInterval: time.Millisecond})
+	w = watchIdle(r)
+	run(t, r)
+	// Let the waits grow to the bound, so that the row is found by a look after the longest wait.
+	eventually(t, "the idle waits at the bound", func() bool {
+		ws := w.since(0)
+		return len(ws) > 0 && ws[len(ws)-1] == bound
+	})
+
+	committed := w.count()
+	insert(t, db, payload{Key: "ride-a", N: 0})
+	eventually(t, "the row published by a look", func() bool { return unpublished(t, db) == 0 })
+
+	// The look after the wait under way at commit finds the row, or, if a look was under way and
+	// missed it, the next one: at most one more wait, and no wait is longer than the bound. So the
+	// row went out within the bound plus a look and a round of its commit.
+	waits := w.since(committed)
+	if at := int(idleAtPublish.Load()); at < 0 || at-committed > 1 {
+		t.Fatalf("published after %d new idle waits (%v), want at most 1", at-committed, waits)
+	}
+	for _, d := range w.since(0) {
+		if d > bound {
+			t.Fatalf("an idle wait of %v, longer than the poll bound %v (waits %v)", d, bound, waits)
+		}
+	}
+	if n := notified(t, conn, db); n != 0 {
+		t.Fatalf("%d NOTIFYs for the schema, want none", n)
+	}
+	if n := len(streamEvents(t, b)); n != 1 {
+		t.Fatalf("stream holds %d events, want 1", n)
+	}
+}
+
+func TestOutboxCommitWakesRelay(t *testing.T) {
+	t.Parallel()
+	db := testkit.DB(t)
+	b := newBroker(t)
+	// Polling is effectively off: after its first round only Wake makes the relay run a round.
+	r := outbox.New(db, b.Publish, outbox.Options{Log: quiet(t), PollInterval: time.Hour, MinPollInterval: time.Hour})
+	w := watchIdle(r)
+	db.OnOutboxCommit(r.Wake)
+	run(t, r)
+	eventually(t, "the first round done", func() bool { return w.count() > 0 })
 
 	insert(t, db, payload{Key: "ride-a", N: 0})
-	eventually(t, "the first row published", func() bool { return unpublished(t, db) == 0 })
-	// Let the relay go back to waiting; the next row can only be noticed through NOTIFY.
-	time.Sleep(200 * time.Millisecond)
-	insert(t, db, payload{Key: "ride-a", N: 1})
-	eventually(t, "the second row published on NOTIFY", func() bool { return unpublished(t, db) == 0 })
-	if n := len(streamEvents(t, b)); n != 2 {
-		t.Fatalf("stream holds %d events, want 2", n)
+	eventually(t, "the row published on the commit's wake-up", func() bool { return unpublished(t, db) == 0 })
+	if n := len(streamEvents(t, b)); n != 1 {
+		t.Fatalf("stream holds %d events, want 1", n)
+	}
+}
+
+func TestExplicitNotifyWakesRelay(t *testing.T) {
+	t.Parallel()
+	db := testkit.DB(t)
+	b := newBroker(t)
+	// Polling is effectively off and commits do not wake it: after its first round only a NOTIFY
+	// makes the relay run a round.
+	r := outbox.New(db, b.Publish, outbox.Options{Log: quiet(t), PollInterval: time.Hour, MinPollInterval: time.Hour})
+	w := watchIdle(r)
+	run(t, r)
+	eventually(t, "the first round done", func() bool { return w.count() > 0 })
+
+	insert(t, db, payload{Key: "ride-a", N: 0})
+	if n := unpublished(t, db); n != 1 {
+		t.Fatalf("%d rows unpublished before the NOTIFY, want 1", n)
+	}
+	// Notify until the relay's LISTEN connection (opened concurrently) hears one.
+	eventually(t, "the row published on NOTIFY", func() bool {
+		if err := db.WakeRelays(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return unpublished(t, db) == 0
+	})
+	if n := len(streamEvents(t, b)); n != 1 {
+		t.Fatalf("stream holds %d events, want 1", n)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -28,6 +29,44 @@ type DB struct {
 	Schema string
 	// URL is the connection string the pool was opened with (the relay opens its LISTEN connection from it).
 	URL string
+
+	// outboxCommitted is OnOutboxCommit's function (nil: none).
+	outboxCommitted atomic.Pointer[func()]
+}
+
+// OnOutboxCommit makes f run after every commit, through this DB, of a transaction that wrote an
+// outbox row (Tx with InsertOutbox or a writing InsertOutboxOnce, CreateRide); nil removes it. It is
+// the in-process wake-up of the outbox relay (outbox.Relay.Wake): a relay in the same process
+// publishes the row at once instead of at its next poll. f runs on the committing goroutine, so it
+// must not block. Safe to call while the DB is in use; the last call wins.
+func (db *DB) OnOutboxCommit(f func()) {
+	if f == nil {
+		db.outboxCommitted.Store(nil)
+		return
+	}
+	db.outboxCommitted.Store(&f)
+}
+
+// committedOutbox runs OnOutboxCommit's function, if any.
+func (db *DB) committedOutbox() {
+	if f := db.outboxCommitted.Load(); f != nil {
+		(*f)()
+	}
+}
+
+// outboxTx is the pgx.Tx that Tx hands its function: it records whether an outbox row was written
+// (markOutbox), so that Tx wakes the relay after the commit.
+type outboxTx struct {
+	pgx.Tx
+	wroteOutbox bool
+}
+
+// markOutbox records that tx wrote an outbox row, when tx is Tx's (a transaction begun elsewhere,
+// or a savepoint inside Tx's, is not tracked: its rows wait for the relay's poll).
+func markOutbox(tx pgx.Tx) {
+	if t, ok := tx.(*outboxTx); ok {
+		t.wroteOutbox = true
+	}
 }
 
 // DefaultMaxConns is the pool size when DATABASE_URL sets no pool_max_conns.
@@ -96,18 +135,23 @@ func migrate(ctx context.Context, sqlDB *sql.DB) error {
 	return nil
 }
 
-// Tx runs fn in a transaction, committing if fn returns nil and rolling back otherwise.
+// Tx runs fn in a transaction, committing if fn returns nil and rolling back otherwise. After a
+// commit of a transaction that wrote an outbox row it runs the OnOutboxCommit function.
 func (db *DB) Tx(ctx context.Context, fn func(pgx.Tx) error) error {
-	tx, err := db.Pool.Begin(ctx)
+	raw, err := db.Pool.Begin(ctx)
 	if err != nil {
 		return dispatch.Unavailable("postgres", err)
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	tx := &outboxTx{Tx: raw}
+	defer raw.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	if err := fn(tx); err != nil {
 		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := raw.Commit(ctx); err != nil {
 		return dispatch.Unavailable("postgres", err)
+	}
+	if tx.wroteOutbox {
+		db.committedOutbox()
 	}
 	return nil
 }

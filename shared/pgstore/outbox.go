@@ -27,7 +27,7 @@ type OutboxEvent struct {
 
 // InsertOutbox writes ev in tx and returns the new CloudEvent id (a UUID). The row records the
 // trace context of ctx's span (tracing.Context; NULL when tracing is off), which the relay's
-// publish span continues.
+// publish span continues. When tx is DB.Tx's, the commit wakes the local relay (DB.OnOutboxCommit).
 func InsertOutbox(ctx context.Context, tx pgx.Tx, ev OutboxEvent) (string, error) {
 	id, args, err := outboxArgs(ctx, ev)
 	if err != nil {
@@ -36,6 +36,7 @@ func InsertOutbox(ctx context.Context, tx pgx.Tx, ev OutboxEvent) (string, error
 	if _, err = tx.Exec(ctx, insertOutboxSQL, args...); err != nil {
 		return "", fmt.Errorf("pgstore: insert outbox: %w", err)
 	}
+	markOutbox(tx)
 	return id, nil
 }
 
@@ -87,7 +88,8 @@ func OnceID(parts ...string) string {
 }
 
 // InsertOutboxOnce writes ev in tx with the event id id (see OnceID), recording ctx's trace context
-// as InsertOutbox does, unless an outbox row with that id exists; it reports whether it wrote one.
+// as InsertOutbox does (and waking the local relay when it writes), unless an outbox row with that
+// id exists; it reports whether it wrote one.
 // A concurrent writer of the same id waits for the other transaction and then writes nothing.
 func InsertOutboxOnce(ctx context.Context, tx pgx.Tx, id string, ev OutboxEvent) (bool, error) {
 	args, err := outboxRowArgs(ctx, id, ev)
@@ -98,7 +100,11 @@ func InsertOutboxOnce(ctx context.Context, tx pgx.Tx, id string, ev OutboxEvent)
 	if err != nil {
 		return false, pgErr(err)
 	}
-	return tag.RowsAffected() == 1, nil
+	wrote := tag.RowsAffected() == 1
+	if wrote {
+		markOutbox(tx)
+	}
+	return wrote, nil
 }
 
 // MarkProcessed records that consumer handled the event (source, id) in tx. It returns false if the

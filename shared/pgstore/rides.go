@@ -105,7 +105,8 @@ func insertRideArgs(r *dispatch.Ride, key *string) []any {
 // as one implicit transaction (committed at the batch's Sync, rolled back whole if either fails).
 // ev.Data must marshal to a JSON object; its requested_at member is set to the transaction's
 // now(), which is the ride's created_at (the column's default), as r.CreatedAt is on return; the
-// outbox row records ctx's trace context, as InsertOutbox's does. It returns the outbox event id.
+// outbox row records ctx's trace context, as InsertOutbox's does, and the commit wakes the local
+// relay (DB.OnOutboxCommit). It returns the outbox event id.
 // Errors are InsertRide's (the raw unique violation of rides_idempotency, the rider_has_open_ride
 // conflict, ...), or the outbox INSERT's.
 func CreateRide(ctx context.Context, db *DB, r *dispatch.Ride, idempotencyKey string, ev OutboxEvent) (string, error) {
@@ -133,6 +134,7 @@ func CreateRide(ctx context.Context, db *DB, r *dispatch.Ride, idempotencyKey st
 	}
 	switch {
 	case err == nil:
+		db.committedOutbox()
 		return id, nil
 	case IsUniqueViolation(err, "rides_idempotency"):
 		return "", err // the caller looks the ride up

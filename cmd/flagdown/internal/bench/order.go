@@ -84,6 +84,8 @@ func (r *runner) orderCreate(ctx context.Context) error {
 	// both; the table gives medians and the median of the rounds' ratios. Bytes per ride are
 	// measured over the handler's rides only.
 	var rates, tpss, ratios, cpus, reds []float64
+	var bares, notifies []float64              // pgbench with outbox triggers disabled, with the old NOTIFY trigger
+	var migratedRatios, notifyRatios []float64 // per round: as migrated / disabled, old trigger / disabled
 	var rides int64
 	var grownTotal int64 // bytes the tables grew by during the handler's runs
 	for round := range rounds {
@@ -107,6 +109,12 @@ func (r *runner) orderCreate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		bare, notify, err := r.pgbenchNotifyAB(ctx, st.deps.DB, st.cfg.DatabaseURL, st.cfg.DatabaseSchema, dur)
+		if err != nil {
+			return err
+		}
+		bares, notifies = append(bares, bare), append(notifies, notify)
+		migratedRatios, notifyRatios = append(migratedRatios, tps/bare), append(notifyRatios, notify/bare)
 		rides, grownTotal = rides+n, grownTotal+t1-t0
 		rates, tpss, ratios = append(rates, rate), append(tpss, tps), append(ratios, rate/tps)
 		cpus, reds = append(cpus, cpuUs), append(reds, redisUs)
@@ -121,6 +129,13 @@ func (r *runner) orderCreate(ctx context.Context) error {
 	r.rep.add(Row{Section: "order-create", Name: fmt.Sprintf("HTTP order-create, %d conns", orderClients), Value: median(rates), Unit: "rides/s",
 		Ceiling: fmt.Sprintf("pgbench same transaction -c %d -M prepared", orderClients), CeilingValue: r.orderCeiling,
 		Ratio: ratio, Target: "ratio ≥ 0.6", Met: met(ratio >= 0.6), Note: note})
+	// Medians of the rounds' ratios, as for the HTTP row: each round's three runs are back to back.
+	migratedRatio, notifyRatio := median(migratedRatios), median(notifyRatios)
+	r.rep.add(Row{Section: "order-create", Name: "pgbench order-create transaction, schema as migrated", Value: median(tpss), Unit: "tx/s",
+		Ceiling: "same, outbox triggers disabled (no NOTIFY)", CeilingValue: median(bares), Ratio: migratedRatio,
+		Target: "ratio ≥ 0.9", Met: met(migratedRatio >= 0.9),
+		Note: fmt.Sprintf("with the old per-commit NOTIFY trigger: %.0f tx/s (ratio %.2f); relays poll instead (docs/performance.md#outbox-without-notify)",
+			median(notifies), notifyRatio)})
 	// Per ride over every row of the stage (flagdown's and pgbench's, the same two INSERTs): the
 	// deltas of flagdown's rounds alone are 0 when they fit in pages pgbench left with free space.
 	total, heap, err := tableBytes(ctx, st.deps.DB)
@@ -138,4 +153,38 @@ func (r *runner) orderCreate(ctx context.Context) error {
 			Note: fmt.Sprintf("pg_total_relation_size over all %d rides of the stage (%d through flagdown, %d bytes grown in its rounds); outbox rows unpublished (relay off); published rows are pruned after FLAGDOWN_RETAIN_OUTBOX", all, rides, grownTotal)})
 	}
 	return nil
+}
+
+// oldNotifyTrigger is the outbox trigger of migration 00001, dropped by 00008: one pg_notify per
+// transaction that writes outbox rows, which serializes those commits on the notify-queue lock.
+const oldNotifyTrigger = `CREATE OR REPLACE FUNCTION outbox_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('flagdown_outbox', TG_TABLE_SCHEMA);
+    RETURN NULL;
+END;
+$$;
+CREATE TRIGGER outbox_notify AFTER INSERT ON outbox FOR EACH STATEMENT EXECUTE FUNCTION outbox_notify()`
+
+// pgbenchNotifyAB runs pgbench's order-create transaction for dur twice in the stage's schema:
+// with every user trigger of outbox disabled (the transaction without NOTIFY), then with the old
+// NOTIFY trigger re-created (dropped again after); it returns both transactions/s.
+func (r *runner) pgbenchNotifyAB(ctx context.Context, db *pgstore.DB, databaseURL, schema string, dur time.Duration) (bare, notify float64, err error) {
+	if _, err = db.Pool.Exec(ctx, `ALTER TABLE outbox DISABLE TRIGGER USER`); err != nil {
+		return 0, 0, err
+	}
+	bare, err = pgbenchOrderCreate(ctx, r.o.PGBench, databaseURL, schema, orderClients, dur)
+	if _, e := db.Pool.Exec(context.WithoutCancel(ctx), `ALTER TABLE outbox ENABLE TRIGGER USER`); err == nil {
+		err = e
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, err = db.Pool.Exec(ctx, oldNotifyTrigger); err != nil {
+		return 0, 0, err
+	}
+	notify, err = pgbenchOrderCreate(ctx, r.o.PGBench, databaseURL, schema, orderClients, dur)
+	if _, e := db.Pool.Exec(context.WithoutCancel(ctx), `DROP TRIGGER outbox_notify ON outbox; DROP FUNCTION outbox_notify()`); err == nil {
+		err = e
+	}
+	return bare, notify, err
 }
