@@ -30,6 +30,7 @@ import (
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/lifecycle"
 	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/redisstore"
@@ -67,12 +68,12 @@ type Function struct {
 // New returns the function over d.
 func New(d *app.Deps) *Function {
 	c := d.Config
-	f := &Function{d: d, lc: lifecycle.New(d, Source), score: dispatch.ScoreParams{
+	f := &Function{d: d, lc: d.Lifecycle(Source), score: dispatch.ScoreParams{
 		IdleBonusMPerMin: c.ScoreIdleBonusMPerMin, IdleCapMin: c.ScoreIdleCapMin,
 		RatingBonusM: c.ScoreRatingBonusM, DefaultRating: c.DefaultRating,
 		MissPenaltyM: c.ScoreMissPenaltyM, MissMemory: c.MissMemory,
 	}}
-	f.h = app.EventHandler(d, Consumer, Triggers, f.Handle)
+	f.h = host.EventHandler(d.Deps, Consumer, Triggers, f.Handle)
 	return f
 }
 

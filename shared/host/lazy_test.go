@@ -1,4 +1,4 @@
-package app_test
+package host_test
 
 import (
 	"encoding/json"
@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/flagdown/flagdown/internal/testkit"
-	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/host"
 )
 
 // TestLazyRetriesStartUp: while a dependency is down the OpenFaaS entry point answers 503
@@ -17,7 +17,7 @@ func TestLazyRetriesStartUp(t *testing.T) {
 	t.Setenv("REDIS_URL", "redis://127.0.0.1:1/0") // nothing listens on port 1
 	t.Setenv("DATABASE_URL", dbURL)
 	built := 0
-	h := app.NewLazy(func(d *app.Deps) http.Handler {
+	h := host.NewLazy(func(d *host.Deps) http.Handler {
 		built++
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
 	})
