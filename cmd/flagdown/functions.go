@@ -30,7 +30,8 @@ import (
 )
 
 // functionSet is every function the platform serves, by the name in its gateway path
-// /function/<name> (the folder name under functions/).
+// /function/<name> (the folder name under functions/). A function that pushes takes the Deps with
+// push; any other takes their host dependencies (d.Deps), as its image links them.
 var functionSet = []struct {
 	name  string
 	build func(*app.Deps) http.Handler

@@ -13,7 +13,7 @@
 //   - shared/app adds push (shared/push over API Gateway and SNS, so the AWS SDK) on top of host, for
 //     the functions that push and for cmd/.
 //
-// internal/archtest holds the layering to this with `go list -deps`.
+// internal/archtest fails when an import breaks this layering (it reads `go list -deps`).
 package host
 
 import (
@@ -44,14 +44,18 @@ import (
 // Deps are a process's shared dependencies. Build them once (Open) and pass them to every
 // function's New; they are safe for concurrent use.
 type Deps struct {
+	// Config is the validated configuration (config.Load).
 	Config *config.Config
-	DB     *pgstore.DB
-	Redis  *redisstore.Store
-	Log    *slog.Logger
+	// DB is the PostgreSQL pool.
+	DB *pgstore.DB
+	// Redis is the Redis store (NewStore).
+	Redis *redisstore.Store
+	// Log is the process's logger (NewLogger).
+	Log *slog.Logger
 	// Auth verifies client tokens (auth.FromConfig); nil when no key source is configured, and then
 	// every client-facing function answers 503 (auth.Require).
 	Auth *auth.Verifier
-	// Rules are Config's dispatch rules (config.Config.Rules), built once by Open.
+	// Rules are Config's dispatch rules (config.Config.Rules), built once by New.
 	Rules dispatch.Rules
 
 	internalOnce sync.Once
