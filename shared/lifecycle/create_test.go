@@ -3,6 +3,7 @@ package lifecycle_test
 import (
 	"testing"
 
+	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/lifecycle"
@@ -31,7 +32,7 @@ func TestCreateRide(t *testing.T) {
 		t.Fatalf("CreateRide = %v, %v, %v; want the ride, created", got, created, err)
 	}
 	var outbox int
-	if err := d.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE subject = $1 AND type = 'ride.requested'`, ride.ID).Scan(&outbox); err != nil || outbox != 1 {
+	if err := d.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE subject = $1 AND type = $2`, ride.ID, events.RideRequested).Scan(&outbox); err != nil || outbox != 1 {
 		t.Fatalf("ride.requested outbox rows = %d (%v), want 1", outbox, err)
 	}
 
