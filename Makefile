@@ -4,7 +4,7 @@
 # `make help` lists the targets.
 
 GO ?= go
-# The demo replays the file's first 20 minutes: the demand 2,000 drivers can serve (README "Two commands").
+# The demo replays the file's first 20 minutes: the demand 2,000 drivers can serve (docs/demo.md "make demo").
 REPLAY_ARGS ?= --minutes 20 --skip-minutes 0
 BENCH_ARGS ?=
 GOTEST_FLAGS ?= -race -count=1 -timeout 20m

@@ -3,7 +3,7 @@
 // POST /function/location-update with one ping or {"pings": [...]}. Each ping refreshes the
 // driver's heartbeat and state and, for available drivers, his place in the available-drivers GEO
 // set, all in one Redis round trip per call. The answer carries each driver's live offer so a
-// polling driver app learns of offers within one ping interval. See the README's HTTP API. With
+// polling driver app learns of offers within one ping interval. See docs/api.md. With
 // push on, a ping of a driver on a ride whose position push is due (at most one per ride per
 // FLAGDOWN_PUSH_POSITION_INTERVAL, decided in the ping script) sends it to the ride's rider in the
 // background (push.Pusher.PositionsAsync); the answer never waits for it.

@@ -19,6 +19,7 @@ import (
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/invariants"
 	"github.com/flagdown/flagdown/shared/lifecycle"
+	"github.com/flagdown/flagdown/shared/matching"
 	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
@@ -135,7 +136,7 @@ func TestBatchPicksTheLeastTotalPickupDistance(t *testing.T) {
 	}
 	due := closeWindow(t, env)
 	out := env.MatchEvent(t, due)
-	if got, want := out, (match.BatchReport{Rides: 2, Open: 2, Assigned: 2, Offered: 2, AssignedCostM: 0}).String(); got != want {
+	if got, want := out, (matching.BatchReport{Rides: 2, Open: 2, Assigned: 2, Offered: 2, AssignedCostM: 0}).String(); got != want {
 		t.Fatalf("batch outcome %q, want %q", got, want)
 	}
 	if a, b := env.OfferedDriver(t, a), env.OfferedDriver(t, b); a != "d-west" || b != "d-mid" {
@@ -180,7 +181,7 @@ func TestBatchWindowRunsOnce(t *testing.T) {
 	// its claim and resumes it (as after a crash). Racing runs never offer a ride twice and never
 	// lose one: each ride is offered once, or (when the other run took its driver first) deferred
 	// to the next window, where it waits. What racing runs do not keep is the window's optimal
-	// pairing; an exclusive lease on the claim would (README "Batch matching", left).
+	// pairing; an exclusive lease on the claim would (docs/matching.md "Batch matching", left).
 	waiting, _, err := env.D.Redis.BatchWaiting(context.Background(), redisstore.CityBatch)
 	if err != nil {
 		t.Fatal(err)
@@ -248,7 +249,7 @@ func TestBatchRunResumesAHalfDoneWindow(t *testing.T) {
 	if err != nil || !claim.New || len(claim.RideIDs) != 2 {
 		t.Fatalf("claim %+v, %v", claim, err)
 	}
-	if got, want := env.MatchEvent(t, due), (match.BatchReport{Rides: 2, Open: 2, Assigned: 2, Offered: 2}).String(); got != want {
+	if got, want := env.MatchEvent(t, due), (matching.BatchReport{Rides: 2, Open: 2, Assigned: 2, Offered: 2}).String(); got != want {
 		t.Fatalf("redelivery: %q, want %q", got, want)
 	}
 	if env.OfferedDriver(t, a) != "d-west" || env.OfferedDriver(t, b) != "d-mid" {
@@ -268,7 +269,7 @@ func TestBatchLeftoverRidesRollIntoTheNextWindow(t *testing.T) {
 	env.MatchRide(t, a)
 	env.MatchRide(t, b)
 	got := env.MatchEvent(t, closeWindow(t, env))
-	if want := (match.BatchReport{Rides: 2, Open: 2, Assigned: 1, Offered: 1, Deferred: 1}).String(); got != want {
+	if want := (matching.BatchReport{Rides: 2, Open: 2, Assigned: 1, Offered: 1, Deferred: 1}).String(); got != want {
 		t.Fatalf("first window: %q, want %q", got, want)
 	}
 	// d-only is 400 m from A and 600 m from B: A (lower cost) gets him, B waits.
@@ -290,7 +291,7 @@ func TestBatchLeftoverRidesRollIntoTheNextWindow(t *testing.T) {
 
 	env.Ping(t, "d-near-b", fntest.Offset(pickup, 0, 1100))
 	got = env.MatchEvent(t, closeWindow(t, env))
-	if want := (match.BatchReport{Rides: 1, Open: 1, Assigned: 1, Offered: 1}).String(); got != want {
+	if want := (matching.BatchReport{Rides: 1, Open: 1, Assigned: 1, Offered: 1}).String(); got != want {
 		t.Fatalf("second window: %q, want %q", got, want)
 	}
 	if d := env.OfferedDriver(t, b); d != "d-near-b" {
@@ -308,7 +309,7 @@ func TestBatchRulesOfRetryAndBudgetHold(t *testing.T) {
 		a := env.CreateRide(t, "r-a", pickup, dropoff)
 		env.MatchRide(t, a)
 		got := env.MatchEvent(t, closeWindow(t, env))
-		if want := (match.BatchReport{Rides: 1, Open: 1, NoDriver: 1}).String(); got != want {
+		if want := (matching.BatchReport{Rides: 1, Open: 1, NoDriver: 1}).String(); got != want {
 			t.Fatalf("window: %q, want %q", got, want)
 		}
 		if !env.KeyExists(t, "retry:"+a) || env.GetRide(t, a)["match_attempts"] != 1.0 {
@@ -330,7 +331,7 @@ func TestBatchRulesOfRetryAndBudgetHold(t *testing.T) {
 		env.MatchRide(t, a)
 		env.MatchRide(t, b)
 		got := env.MatchEvent(t, closeWindow(t, env))
-		if want := (match.BatchReport{Rides: 2, Open: 2, Assigned: 1, Offered: 1, Unmatched: 1}).String(); got != want {
+		if want := (matching.BatchReport{Rides: 2, Open: 2, Assigned: 1, Offered: 1, Unmatched: 1}).String(); got != want {
 			t.Fatalf("window: %q, want %q", got, want)
 		}
 		if got := env.GetRide(t, b)["status"]; got != string(dispatch.RideUnmatched) {
@@ -364,7 +365,7 @@ func TestBatchAssignedDriverLostFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := env.MatchEvent(t, due)
-	if want := (match.BatchReport{Rides: 1, Open: 1, Assigned: 1, Offered: 1}).String(); got != want {
+	if want := (matching.BatchReport{Rides: 1, Open: 1, Assigned: 1, Offered: 1}).String(); got != want {
 		t.Fatalf("window: %q, want %q", got, want)
 	}
 	if d := env.OfferedDriver(t, a); d != "d-2" {
@@ -439,7 +440,7 @@ func TestBatchRidesLeftOverWidenPastTheWindowsDrivers(t *testing.T) {
 		env.MatchRide(t, id)
 	}
 	got := env.MatchEvent(t, closeWindow(t, env))
-	if want := (match.BatchReport{Rides: 4, Open: 4, Assigned: 4, Offered: 4}).String(); got != want {
+	if want := (matching.BatchReport{Rides: 4, Open: 4, Assigned: 4, Offered: 4}).String(); got != want {
 		t.Fatalf("window: %q, want %q", got, want)
 	}
 	drivers := map[string]string{}

@@ -17,7 +17,7 @@ import (
 )
 
 // platformVars are variables the deployment platform provides to the template's entry point
-// (template/golang-flagdown/main.go), documented in the README deploy sections, not in the
+// (template/golang-flagdown/main.go), documented in docs/deploy.md and docs/operations.md, not in the
 // configuration table.
 var platformVars = map[string]bool{"PORT": true, "read_timeout": true, "write_timeout": true, "K_SERVICE": true, "HOSTNAME": true}
 
@@ -32,7 +32,7 @@ type repo struct {
 	knative   []deploycheck.Manifest
 	openfaas  []deploycheck.Manifest
 	vars      map[string][]string
-	readme    map[string]bool
+	configDoc map[string]bool
 }
 
 // repoRoot is the module root: the package folder's grandparent, checked by its go.mod.
@@ -70,7 +70,7 @@ func load(t *testing.T) *repo {
 	if r.vars, err = deploycheck.EnvVarsRead(r.root, codeDirs...); err != nil {
 		t.Fatal(err)
 	}
-	if r.readme, err = deploycheck.ReadmeConfigVars(filepath.Join(r.root, "README.md")); err != nil {
+	if r.configDoc, err = deploycheck.ConfigDocVars(filepath.Join(r.root, "docs", "configuration.md")); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -274,13 +274,13 @@ func secretKeys(m deploycheck.Manifest) []string {
 	return out
 }
 
-// TestEnvironmentDocumentedAndKnown: every variable the deployed code reads is in the README's
-// configuration table, and every variable a deployment sets is one the code reads.
+// TestEnvironmentDocumentedAndKnown: every variable the deployed code reads is in the
+// configuration table of docs/configuration.md, and every variable a deployment sets is one the code reads.
 func TestEnvironmentDocumentedAndKnown(t *testing.T) {
 	r := load(t)
 	for v, files := range r.vars {
-		if !r.readme[v] && !platformVars[v] {
-			t.Errorf("%s (read in %s) is not in the README configuration table", v, strings.Join(files, ", "))
+		if !r.configDoc[v] && !platformVars[v] {
+			t.Errorf("%s (read in %s) is not in the configuration table of docs/configuration.md", v, strings.Join(files, ", "))
 		}
 	}
 	known := func(v string) bool { _, ok := r.vars[v]; return ok }

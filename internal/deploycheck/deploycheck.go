@@ -1,6 +1,6 @@
 // Package deploycheck reads flagdown's deployment files (stack.yml, the golang-flagdown template,
 // deploy/knative) and the facts of the source tree they must agree with (the functions/ folders, the
-// trigger table, the environment variables the code reads, the README's configuration table). Its
+// trigger table, the environment variables the code reads, the configuration table of docs/configuration.md). Its
 // tests keep the deployments honest without a cluster; its Layout and Build reproduce faas-cli's
 // build context and the template's build step without Docker (scripts/buildcontext.sh).
 package deploycheck
@@ -244,10 +244,14 @@ func EnvVarsRead(root string, dirs ...string) (map[string][]string, error) {
 
 var tableRowRE = regexp.MustCompile("^\\|\\s*`([A-Za-z_][A-Za-z0-9_]*)`\\s*\\|")
 
-// ReadmeConfigVars returns the variables in the first column of the table under the README's
-// "## Configuration" heading.
-func ReadmeConfigVars(readme string) (map[string]bool, error) {
-	b, err := os.ReadFile(readme)
+// ConfigDocHeading is the heading of docs/configuration.md under which the table of environment
+// variables stands.
+const ConfigDocHeading = "## Environment variables"
+
+// ConfigDocVars returns the variables in the first column of the table under ConfigDocHeading in
+// the Markdown file doc (docs/configuration.md).
+func ConfigDocVars(doc string) (map[string]bool, error) {
+	b, err := os.ReadFile(doc)
 	if err != nil {
 		return nil, err
 	}
@@ -255,7 +259,7 @@ func ReadmeConfigVars(readme string) (map[string]bool, error) {
 	in := false
 	for _, line := range strings.Split(string(b), "\n") {
 		if strings.HasPrefix(line, "## ") {
-			in = strings.TrimSpace(line) == "## Configuration"
+			in = strings.TrimSpace(line) == ConfigDocHeading
 			continue
 		}
 		if in {
@@ -265,7 +269,7 @@ func ReadmeConfigVars(readme string) (map[string]bool, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%s: no configuration table under \"## Configuration\"", readme)
+		return nil, fmt.Errorf("%s: no configuration table under %q", doc, ConfigDocHeading)
 	}
 	return out, nil
 }

@@ -1,5 +1,5 @@
 // Package config reads flagdown's configuration from environment variables into one struct.
-// Every variable is listed in the README's configuration table; durations use Go syntax (15s, 500ms).
+// Every variable is listed in the configuration table of docs/configuration.md; durations use Go syntax (15s, 500ms).
 package config
 
 import (
@@ -139,7 +139,7 @@ type Config struct {
 	RetryBudget time.Duration `env:"FLAGDOWN_RETRY_BUDGET" envDefault:"3m"`
 	// MatchMode is how rides are matched: MatchGreedy (each ride on its own, as its event arrives) or
 	// MatchBatch (the rides to match within BatchWindow are assigned together, at the least total
-	// score; see functions/match).
+	// score; see shared/matching).
 	MatchMode string `env:"FLAGDOWN_MATCH_MODE" envDefault:"greedy"`
 	// BatchWindow is, in batch mode, how long the first ride of a batch waits for others before the
 	// batch is assigned (the batch timer's TTL); shorter than ReconcileGrace (Validate).

@@ -20,11 +20,17 @@
 //     Redis's clock) and sends PEXPIRETIME for each in one pipelined round trip. Touching a key that
 //     is logically expired makes Redis delete it now, so the notification fires on time. A key found
 //     absent is published by the sweeper itself (Swept: true) — a notification still on its way or
-//     one that was lost; a key with a later TTL gets its score corrected (ZADD XX GT); a key without
-//     TTL any more is dropped from the index.
+//     one that was lost; a live key with a later expire time gets its score corrected; a key
+//     without TTL any more is dropped from the index.
 //
 // Both paths use the same event id, a UUIDv5 of (key, D) (see EventID), and the fixed source
-// /flagdown/expiry-source. The broker publishes with the id as Nats-Msg-Id, so JetStream stores one
+// /flagdown/expiry-source. D must be the same number on every path and in every copy, so it rests
+// on three rules: the writers set a timed key's expiry with PXAT to the very deadline they index
+// (never a relative PX, whose second clock read lands 1 ms later now and then); both paths read D
+// from the index (or its tombstone) only after they saw the key gone, the sweeper included, so a
+// deadline read while the key still lived is never used; and the sweeper's correction of an entry
+// to a later expire time is one script that first checks the key still lives with that expire
+// time, so an entry never changes once its key is gone. The broker publishes with the id as Nats-Msg-Id, so JetStream stores one
 // event per expiry, and consumers are idempotent on (source, id) beyond the duplicate window. That
 // is also why several copies of the source may run at once (production may run two for
 // availability): each expiry still has one effect. Only a key without an indexed deadline (D = 0,
@@ -60,6 +66,7 @@ package expiry
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -162,6 +169,27 @@ type Source struct {
 
 	published, swept, skipped, touched, reconnects, errs atomic.Uint64
 	gapMicros                                            atomic.Int64
+
+	// hook, nil outside tests, is called at the named points of the handling paths (see the hook*
+	// constants) so that a test can hold one copy of the source there while another runs.
+	hook func(point, key string)
+}
+
+// Points of the handling paths where Source.hook is called.
+const (
+	// hookSweepRead: the sweeper has read its overdue entries, before it touches their keys.
+	hookSweepRead = "sweep:read"
+	// hookSweepCorrect: the sweeper found key alive with a later expiry, before it corrects the index.
+	hookSweepCorrect = "sweep:correct"
+	// hookPublish: the deadline of key's expiry is decided, before the event is published.
+	hookPublish = "publish"
+)
+
+// at calls the test hook, if any.
+func (s *Source) at(point, key string) {
+	if s.hook != nil {
+		s.hook(point, key)
+	}
 }
 
 // New returns a source over store's client, prefix and deadline set, publishing with publish.
@@ -264,7 +292,7 @@ func (s *Source) Run(ctx context.Context) error {
 				case <-ctx.Done():
 					return
 				case key := <-work:
-					s.handle(ctx, key)
+					s.handle(ctx, key, false)
 				}
 			}
 		})
@@ -481,8 +509,12 @@ func keyIDAttr(kind redisstore.KeyKind, id string) slog.Attr {
 	return logging.DriverID(id)
 }
 
-// handle acts on one expired notification.
-func (s *Source) handle(ctx context.Context, key string) {
+// handle acts on one timed key seen gone: by its expired notification, or by the sweeper (swept).
+// Both paths decide the event's deadline here, from the index (or its tombstone) read after the key
+// was seen gone: the index of a key changes only while the key lives (a writer re-arming it, or
+// the sweeper's correctScript, which checks the key's own expire time in the same atomic step), so every copy
+// and every path reading it afterwards reads the same deadline, and computes the same event id.
+func (s *Source) handle(ctx context.Context, key string, swept bool) {
 	kind, id, ok := redisstore.ParseTimedKey(s.prefix, key)
 	if !ok {
 		return
@@ -497,7 +529,7 @@ func (s *Source) handle(ctx context.Context, key string) {
 		s.skipped.Add(1)
 		return
 	}
-	_ = s.emit(ctx, key, kind, id, d, false)
+	_ = s.emit(ctx, key, kind, id, d, swept)
 }
 
 // emit publishes the expired event of key and, once acknowledged, retires its index entry. The
@@ -510,6 +542,7 @@ func (s *Source) emit(ctx context.Context, key string, kind redisstore.KeyKind, 
 		s.errs.Add(1)
 		return err
 	}
+	s.at(hookPublish, key)
 	ctx, span := tracing.StartPublish(ctx, &e)
 	defer func() { tracing.End(span, err) }()
 	if s.opt.Keys != nil {
@@ -543,23 +576,22 @@ func (s *Source) emit(ctx context.Context, key string, kind redisstore.KeyKind, 
 	return nil
 }
 
-// retireScript removes an index entry only if its score is still the published deadline, and
-// remembers the deadline in the tombstone set. KEYS: deadlines, fired. ARGV: key, deadline ms,
-// tombstone retention ms.
-var retireScript = redis.NewScript(`
-local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if s and tonumber(s) == tonumber(ARGV[2]) then redis.call('ZREM', KEYS[1], ARGV[1]) end
-redis.call('ZADD', KEYS[2], 'GT', ARGV[2], ARGV[1])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return 1
-`)
+// The scripts, one .lua file each under scripts/ (each names its KEYS and ARGV in its header).
+var (
+	//go:embed scripts/retire.lua
+	retireLua string
+	//go:embed scripts/correct.lua
+	correctLua string
+	//go:embed scripts/drop.lua
+	dropLua string
 
-// dropScript is compare-and-ZREM. KEYS: deadlines. ARGV: key, score.
-var dropScript = redis.NewScript(`
-local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if s and tonumber(s) == tonumber(ARGV[2]) then return redis.call('ZREM', KEYS[1], ARGV[1]) end
-return 0
-`)
+	// retireScript retires a published expiry's index entry and tombstones its deadline.
+	retireScript = redis.NewScript(retireLua)
+	// correctScript moves an entry to its live key's later expire time.
+	correctScript = redis.NewScript(correctLua)
+	// dropScript is compare-and-ZREM of an entry.
+	dropScript = redis.NewScript(dropLua)
+)
 
 // sweepNow asks the sweeper for an immediate round (after a re-subscription).
 func (s *Source) sweepNow() {
@@ -615,6 +647,7 @@ func (s *Source) Sweep(ctx context.Context) (int, error) {
 	if err != nil || len(overdue) == 0 {
 		return 0, err
 	}
+	s.at(hookSweepRead, "")
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(overdue))
 	for i, z := range overdue {
@@ -634,17 +667,18 @@ func (s *Source) Sweep(ctx context.Context) (int, error) {
 		if err != nil {
 			continue
 		}
-		kind, id, ok := redisstore.ParseTimedKey(s.prefix, key)
+		_, _, ok := redisstore.ParseTimedKey(s.prefix, key)
 		switch {
 		case at > 0:
-			fix.ZAddArgs(ctx, s.dk, redis.ZAddArgs{XX: true, GT: true, Members: []redis.Z{{Score: float64(at), Member: key}}})
+			s.at(hookSweepCorrect, key)
+			correctScript.Eval(ctx, fix, []string{s.dk, key}, key, at)
 		case at == -1 || !ok:
 			dropScript.Eval(ctx, fix, []string{s.dk}, key, d)
-		default: // -2: gone
+		default: // -2: gone; its deadline is read again after this sighting (see handle)
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				_ = s.emit(ctx, key, kind, id, d, true)
+				s.handle(ctx, key, true)
 			})
 		}
 	}

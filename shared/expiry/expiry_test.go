@@ -122,17 +122,137 @@ func (e *env) start(t testing.TB, opt Options) *Source {
 	return s
 }
 
-// setTimer sets a timed key with ttl and indexes its deadline, as flagdown's scripts do.
+// setTimer sets a timed key to expire ttl from now and indexes that very deadline (SET PXAT, as
+// flagdown's scripts do: the index score is the key's PEXPIRETIME).
 func (e *env) setTimer(t testing.TB, key string, ttl time.Duration) int64 {
 	t.Helper()
 	d := time.Now().Add(ttl).UnixMilli()
+	e.setTimerIndexed(t, key, d, d)
+	return d
+}
+
+// setTimerIndexed sets a timed key to expire at expireMs but indexes it at indexMs (unix ms): an
+// index behind the key's expiry is what a writer setting a relative TTL left (1 ms early now and
+// then), or a key re-armed by a writer that did not index it.
+func (e *env) setTimerIndexed(t testing.TB, key string, expireMs, indexMs int64) {
+	t.Helper()
 	pipe := e.rdb.TxPipeline()
-	pipe.Set(context.Background(), key, "1", ttl)
-	pipe.ZAdd(context.Background(), e.store.DeadlinesKey(), redis.Z{Score: float64(d), Member: key})
+	pipe.Set(context.Background(), key, "1", 0)
+	pipe.PExpireAt(context.Background(), key, time.UnixMilli(expireMs))
+	pipe.ZAdd(context.Background(), e.store.DeadlinesKey(), redis.Z{Score: float64(indexMs), Member: key})
 	if _, err := pipe.Exec(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return d
+}
+
+// waitGone waits until key has expired (EXISTS also makes Redis delete it then).
+func (e *env) waitGone(t testing.TB, key string) {
+	t.Helper()
+	end := time.Now().Add(10 * time.Second)
+	for e.rdb.Exists(context.Background(), key).Val() == 1 {
+		if time.Now().After(end) {
+			t.Fatalf("%s still exists after 10s", key)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// holdAt returns a hook that, the first time the source reaches point, signals reached and waits
+// for release.
+func holdAt(point string, reached, release chan struct{}) func(string, string) {
+	var once sync.Once
+	return func(p, _ string) {
+		if p == point {
+			once.Do(func() { close(reached); <-release })
+		}
+	}
+}
+
+// raceCopies returns two sources over e that are not running (the test drives their paths), and a
+// key whose index entry is already due while the key lives for a minute more (expireNow ends it
+// when the test says).
+func raceCopies(t *testing.T, e *env, name string) (a, b *Source, key string) {
+	t.Helper()
+	a = New(e.store, e.broker.Publish, Options{Log: testLog(t)})
+	b = New(e.store, e.broker.Publish, Options{Log: testLog(t)})
+	key = e.prefix + "hb:" + name
+	now := time.Now()
+	e.setTimerIndexed(t, key, now.Add(time.Minute).UnixMilli(), now.Add(-time.Second).UnixMilli())
+	return a, b, key
+}
+
+// expireNow makes key expire in 1 ms (Redis expires it as it would at its deadline) and waits
+// until it is gone.
+func (e *env) expireNow(t testing.TB, key string) {
+	t.Helper()
+	if err := e.rdb.PExpire(context.Background(), key, time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.waitGone(t, key)
+}
+
+// TestSweeperReadsTheDeadlineAfterTheKeyIsGone: copy A's sweeper reads the due entry and is held;
+// copy B's sweeper finds the key alive and moves the entry to the key's expire time; the key
+// expires; A, released, finds it gone, and B's notification path handles it too. Both must publish
+// one event id: A may not use the deadline it read before it saw the key gone.
+func TestSweeperReadsTheDeadlineAfterTheKeyIsGone(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a, b, key := raceCopies(t, e, "race-read")
+	reached, release := make(chan struct{}), make(chan struct{})
+	a.hook = holdAt(hookSweepRead, reached, release)
+	done := make(chan error, 1)
+	go func() { _, err := a.Sweep(ctx); done <- err }()
+	<-reached
+	if _, err := b.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.expireNow(t, key)
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	b.handle(ctx, key, false)
+	if p := a.Stats().Published + b.Stats().Published; p != 2 {
+		t.Fatalf("%d publishes, want 2 (one per copy)", p)
+	}
+	if n := e.stored(t); n != 1 {
+		t.Fatalf("%d events stored for one expiry, want 1", n)
+	}
+}
+
+// TestIndexIsNotCorrectedAfterTheKeyIsGone: copy A's sweeper finds the key alive with a later
+// expire time and is held before it corrects the index; the key expires; copy B's notification
+// path reads the deadline and is held before publishing; A's correction then lands and A's own
+// notification path handles the key. A correction may not re-date a key that is already gone.
+func TestIndexIsNotCorrectedAfterTheKeyIsGone(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	a, b, key := raceCopies(t, e, "race-correct")
+	aReached, aRelease := make(chan struct{}), make(chan struct{})
+	a.hook = holdAt(hookSweepCorrect, aReached, aRelease)
+	aDone := make(chan error, 1)
+	go func() { _, err := a.Sweep(ctx); aDone <- err }()
+	<-aReached
+	e.expireNow(t, key)
+	bReached, bRelease := make(chan struct{}), make(chan struct{})
+	b.hook = holdAt(hookPublish, bReached, bRelease)
+	bDone := make(chan struct{})
+	go func() { b.handle(ctx, key, false); close(bDone) }()
+	<-bReached
+	close(aRelease)
+	if err := <-aDone; err != nil {
+		t.Fatal(err)
+	}
+	a.handle(ctx, key, false)
+	close(bRelease)
+	<-bDone
+	if p := a.Stats().Published + b.Stats().Published; p != 2 {
+		t.Fatalf("%d publishes, want 2 (one per copy)", p)
+	}
+	if n := e.stored(t); n != 1 {
+		t.Fatalf("%d events stored for one expiry, want 1", n)
+	}
 }
 
 // firstByKey returns the first event seen per key.
@@ -167,6 +287,20 @@ func (e *env) waitKeys(t testing.TB, keys []string, within time.Duration) map[st
 			t.Fatalf("%d of %d keys without an event after %v", missing, len(keys), within)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitStats waits until s's counters satisfy ok: a subscriber can see an event before the source's
+// publish call has returned and counted it.
+func waitStats(t testing.TB, s *Source, within time.Duration, ok func(Stats) bool) Stats {
+	t.Helper()
+	end := time.Now().Add(within)
+	for {
+		st := s.Stats()
+		if ok(st) || time.Now().After(end) {
+			return st
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -209,7 +343,7 @@ func testHeartbeatExpiryPublishesOneEvent(t *testing.T, newEnv envFunc) {
 	if n, _ := e.rdb.ZScore(context.Background(), e.store.DeadlinesKey(), key).Result(); n != 0 {
 		t.Fatalf("deadline entry still indexed (%v)", n)
 	}
-	if st := s.Stats(); st.Published == 0 {
+	if st := waitStats(t, s, 5*time.Second, func(st Stats) bool { return st.Published > 0 }); st.Published == 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -304,7 +438,7 @@ func testIgnoresOtherKeys(t *testing.T, newEnv envFunc) {
 	if got := e.firstByKey(); len(got) != 1 {
 		t.Fatalf("events for %v, want only the retry timer", slices.Collect(mapsKeys(got)))
 	}
-	if st := s.Stats(); st.Published == 0 {
+	if st := waitStats(t, s, 5*time.Second, func(st Stats) bool { return st.Published > 0 }); st.Published == 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -326,7 +460,7 @@ func testRecreatedKeyIsSkipped(t *testing.T, newEnv envFunc) {
 	s := New(e.store, e.broker.Publish, Options{Log: testLog(t)})
 	key := e.prefix + "hb:d2"
 	e.setTimer(t, key, 30*time.Second) // re-created by a fresh ping before the notification is handled
-	s.handle(context.Background(), key)
+	s.handle(context.Background(), key, false)
 	if st := s.Stats(); st.Skipped != 1 || st.Published != 0 {
 		t.Fatalf("stats %+v, want one skipped, none published", st)
 	}
@@ -360,7 +494,7 @@ func testSweeperPublishesMissedExpiry(t *testing.T, newEnv envFunc) {
 	if !got.Data.Swept || got.Data.DeadlineMs != d || got.ID != EventID(key, d) {
 		t.Fatalf("event %+v, want swept with deadline %d", got, d)
 	}
-	if st := s.Stats(); st.Swept != 1 {
+	if st := waitStats(t, s, 5*time.Second, func(st Stats) bool { return st.Swept >= 1 }); st.Swept != 1 {
 		t.Fatalf("stats %+v, want one swept", st)
 	}
 }

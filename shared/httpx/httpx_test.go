@@ -15,7 +15,7 @@ import (
 
 func TestStatusCoversEveryCode(t *testing.T) {
 	t.Parallel()
-	// The README's table.
+	// The table of docs/api.md.
 	want := map[dispatch.Code]int{
 		dispatch.CodeInvalidArgument:  400,
 		dispatch.CodeUnauthenticated:  401,

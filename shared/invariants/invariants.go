@@ -1,7 +1,7 @@
 // Package invariants checks that a deployment's state holds flagdown's guarantees, reading
 // PostgreSQL (the truth) and Redis (its projection) and changing nothing: the rules of `flagdown
 // verify`, which the replay also runs at its end. All lists every invariant and what it counts; it
-// is the one place their meaning is written down (the command help and the README point here).
+// is the one place their meaning is written down (the command help and docs/operations.md point here).
 //
 // Anything that is only eventually true (Redis following a commit, a timeout being acted on, the
 // relay publishing) is judged only after grace: a violation is something that stayed wrong longer

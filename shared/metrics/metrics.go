@@ -126,8 +126,8 @@ var (
 	}, []string{"result"})
 )
 
-// Families are the names of every flagdown family this package defines, in the README's order;
-// the fleet gauges (FleetCollector) included.
+// Families are the names of every flagdown family this package defines, in the order of the
+// Metrics table of docs/operations.md; the fleet gauges (FleetCollector) included.
 var Families = []string{
 	"flagdown_http_requests_total",
 	"flagdown_http_request_duration_seconds",

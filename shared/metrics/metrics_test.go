@@ -20,7 +20,7 @@ func okFleet(context.Context) (metrics.Fleet, error) {
 }
 
 // touchAll gives every vector one child: a family with none gathers nothing, and the linter and
-// the README check would not see it.
+// the docs/operations.md check would not see it.
 func touchAll() {
 	metrics.HTTPRequests.WithLabelValues("lint", "200")
 	metrics.HTTPDuration.WithLabelValues("lint", "200")
@@ -64,7 +64,7 @@ func TestFamiliesLint(t *testing.T) {
 			seen[mf.GetName()] = true
 		}
 	}
-	// Families (the README's table) is exactly what the collectors define.
+	// Families (the table of docs/operations.md) is exactly what the collectors define.
 	var got []string
 	for n := range seen {
 		got = append(got, n)

@@ -11,98 +11,9 @@ import (
 	"github.com/flagdown/flagdown/shared/dispatch"
 )
 
-// redisNowMs is the Lua prelude every script that stamps or schedules uses: Redis's own clock in
-// unix milliseconds, so no host clock (which may be off by seconds) reaches a deadline.
-const redisNowMs = `local __t = redis.call('TIME')
-local now = tonumber(__t[1]) * 1000 + math.floor(tonumber(__t[2]) / 1000)
-`
-
-// assignScript applies a driver's assignment from PostgreSQL compare-and-set on its epoch: it does
-// nothing unless ARGV epoch is newer than the epoch the driver hash holds, so a late, repeated or
-// snapshot-based write never moves Redis backwards. Whatever the epoch, a driver whose hash holds a
-// ride is taken out of the available set (a driver on a ride is never offered another), and at the
-// same epoch and ride an alive driver shown available or paused gets his on-ride status back.
-//
-// On a ride: ride and epoch set, status navigating/busy (offline with resume set while his heartbeat
-// is gone), out of the GEO set, member of the on-ride set; the ride's live position is handed to
-// him if the ride version is newer than the position's (starting at his last position, or none when
-// Redis has none, never the previous driver's). Free: ride cleared, available since now
-// (offline while his heartbeat is gone), optionally moved to ARGV lat/lng, back in the GEO set when
-// alive and holding no offer lock. The live position of the ride he leaves is tombstoned
-// (driver ”) if it was his.
-//
-// KEYS: driver hash, GEO, on-ride set, heartbeat, offer lock, and the live position of ARGV ride
-// (only when it is not ”). ARGV: driver id, epoch, ride id (” = free), on-ride status, ride
-// version, lat (” keeps), lng, ride-pos key prefix, ride-pos TTL ms, driver-state TTL ms. The one
-// key not in KEYS is the live position of the ride the driver leaves (its name is the ride the hash
-// holds, known only inside the script), built from the prefix: it carries the prefix's hash tag, so
-// on a Redis Cluster it is in the slot of the declared keys (CheckPrefix). Returns 1 applied, 2 only
-// taken out of the GEO set, 0 nothing to do.
-var assignScript = redis.NewScript(redisNowMs + `
-local e = tonumber(ARGV[2])
-local cur = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '0')
-if e <= cur then
-  local r = redis.call('HGET', KEYS[1], 'ride')
-  local fixed = 0
-  if r and r ~= '' then
-    if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then fixed = 2 end
-    local st = redis.call('HGET', KEYS[1], 'status')
-    if e == cur and r == ARGV[3] and (st == 'available' or st == 'paused') and redis.call('EXISTS', KEYS[4]) == 1 then
-      redis.call('HSET', KEYS[1], 'status', ARGV[4])
-      fixed = 2
-    end
-  end
-  return fixed
-end
-local old = redis.call('HGET', KEYS[1], 'ride') or ''
-local st = redis.call('HGET', KEYS[1], 'status') or 'offline'
-local alive = redis.call('EXISTS', KEYS[4]) == 1
-local ride, ver = ARGV[3], tonumber(ARGV[5])
-if old ~= '' and old ~= ride then
-  local ok = ARGV[8] .. old
-  if redis.call('HGET', ok, 'driver') == ARGV[1] then
-    local ov = tonumber(redis.call('HGET', ok, 'ver') or '0')
-    if ride == '' and ver > ov then ov = ver end
-    redis.call('HSET', ok, 'driver', '', 'ver', ov)
-    redis.call('PEXPIRE', ok, ARGV[9])
-  end
-end
-redis.call('HSET', KEYS[1], 'epoch', ARGV[2], 'ride', ride)
-if ride ~= '' then
-  if alive then
-    redis.call('HSET', KEYS[1], 'status', ARGV[4])
-    redis.call('HDEL', KEYS[1], 'resume')
-  else
-    redis.call('HSET', KEYS[1], 'status', 'offline', 'resume', ARGV[4])
-  end
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('SADD', KEYS[3], ARGV[1])
-  local rk = KEYS[6]
-  if ver > tonumber(redis.call('HGET', rk, 'ver') or '0') then
-    redis.call('HSET', rk, 'driver', ARGV[1], 'ver', ver)
-    local p = redis.call('HMGET', KEYS[1], 'lat', 'lng', 'ts')
-    if p[1] and p[2] and p[3] then redis.call('HSET', rk, 'lat', p[1], 'lng', p[2], 'ts', p[3])
-    else redis.call('HDEL', rk, 'lat', 'lng', 'ts') end
-    redis.call('PEXPIRE', rk, ARGV[9])
-  end
-else
-  redis.call('SREM', KEYS[3], ARGV[1])
-  redis.call('HDEL', KEYS[1], 'resume')
-  if not alive then
-    redis.call('HSET', KEYS[1], 'status', 'offline')
-  elseif old ~= '' or st == 'navigating' or st == 'busy' then
-    redis.call('HSET', KEYS[1], 'status', 'available', 'since', now)
-    st = 'available'
-  end
-  if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'lat', ARGV[6], 'lng', ARGV[7]) end
-  local p = redis.call('HMGET', KEYS[1], 'lat', 'lng', 'status')
-  if alive and p[3] == 'available' and p[1] and p[2] and redis.call('EXISTS', KEYS[5]) == 0 then
-    redis.call('GEOADD', KEYS[2], p[2], p[1], ARGV[1])
-  end
-end
-if redis.call('PTTL', KEYS[1]) == -1 then redis.call('PEXPIRE', KEYS[1], ARGV[10]) end
-return 1
-`)
+// assignScript applies a driver's assignment from PostgreSQL compare-and-set on its epoch
+// (scripts/assign.lua: its KEYS, ARGV and rules).
+var assignScript = loadScript(nowLua, availableLua, "assign.lua")
 
 // ApplyResult says what applying one assignment did.
 type ApplyResult int
@@ -146,25 +57,9 @@ func (s *Store) ApplyAssignment(ctx context.Context, a dispatch.Assignment) (App
 	return ApplyResult(n), nil
 }
 
-// releaseScript is compare-and-delete on the offer id inside the lock's JSON value, so nobody frees
-// another offer's lock. When ARGV[2] is "1" and the driver is still available, without a ride and
-// alive, he goes back to the GEO set. KEYS: lock, driver hash, heartbeat, GEO, deadlines. ARGV:
-// offer id, requeue flag, driver id. Returns 1 when the lock was released.
-var releaseScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if not v then return 0 end
-local ok, o = pcall(cjson.decode, v)
-if not ok or type(o) ~= 'table' or o['offer_id'] ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[5], KEYS[1])
-if ARGV[2] == '1' and redis.call('EXISTS', KEYS[3]) == 1 then
-  local st = redis.call('HMGET', KEYS[2], 'status', 'ride', 'lat', 'lng')
-  if st[1] == 'available' and (st[2] == false or st[2] == '') and st[3] and st[4] then
-    redis.call('GEOADD', KEYS[4], st[4], st[3], ARGV[3])
-  end
-end
-return 1
-`)
+// releaseScript releases an offer lock compare-and-delete on its offer id, and optionally
+// re-applies the available-set rule (scripts/release_offer.lua).
+var releaseScript = loadScript(nowLua, availableLua, "release_offer.lua")
 
 // ReleaseOffer deletes driverID's offer lock if it still holds offerID and, when requeue is true,
 // puts a still-available, alive driver without a ride back in the GEO set. It reports whether the

@@ -51,22 +51,9 @@ func (s *Store) batchRunKey(name string, deadlineMs int64) string {
 	return s.prefix + "batchrun:" + name + ":" + strconv.FormatInt(deadlineMs, 10)
 }
 
-// joinScript adds rides to a batch (keeping the join time of a ride already waiting) and, unless
-// the batch is armed, arms a new window: timer ARGV[2]..now and the armed marker, both with the
-// window as TTL, the timer's deadline indexed. The timer key is the one key not in KEYS: it is built
-// in the script (its name carries Redis's clock) from the prefix, whose hash tag puts it in the slot
-// of the declared keys on a Redis Cluster (CheckPrefix). KEYS: queue,
-// armed marker, deadlines. ARGV: window ms, timer key prefix, ride ids... Returns 1 when it armed.
-var joinScript = redis.NewScript(redisNowMs + `
-for i = 3, #ARGV do redis.call('ZADD', KEYS[1], 'NX', now, ARGV[i]) end
-if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-local timer = ARGV[2] .. now
-local deadline = now + tonumber(ARGV[1])
-redis.call('SET', timer, now, 'PXAT', deadline)
-redis.call('SET', KEYS[2], timer, 'PXAT', deadline)
-redis.call('ZADD', KEYS[3], deadline, timer)
-return 1
-`)
+// joinScript adds rides to a batch and arms a new window unless it is armed
+// (scripts/join_batch.lua).
+var joinScript = loadScript(nowLua, "join_batch.lua")
 
 // JoinBatch adds rideIDs to batch name's waiting rides and arms its timer to fire after window
 // (at least 1 ms) unless it is armed: the window opens with the first ride that finds the timer
@@ -88,20 +75,8 @@ func (s *Store) JoinBatch(ctx context.Context, name string, rideIDs []string, wi
 	return n == 1, nil
 }
 
-// claimScript takes every waiting ride of a batch for the window named by the claim key, once: if
-// the claim exists it is returned as it is; otherwise the waiting rides (oldest first) move into a
-// new claim. KEYS: claim, queue. ARGV: claim TTL ms. Returns {1, json} for a new claim, {0, value}
-// for an existing one.
-var claimScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if v then return {0, v} end
-local ids = redis.call('ZRANGE', KEYS[2], 0, -1)
-redis.call('DEL', KEYS[2])
-local j = '[]'
-if #ids > 0 then j = cjson.encode(ids) end
-redis.call('SET', KEYS[1], j, 'PX', ARGV[1])
-return {1, j}
-`)
+// claimScript takes every waiting ride of a batch for one window, once (scripts/claim_batch.lua).
+var claimScript = loadScript("claim_batch.lua")
 
 // BatchClaim is the claim of one batch window.
 type BatchClaim struct {

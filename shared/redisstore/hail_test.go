@@ -24,8 +24,8 @@ func hail(t *testing.T, s *redisstore.Store, side dispatch.HailSide, id string, 
 	return res
 }
 
-// TestHailHoldKeepsOffersAway: a pairing holds its driver: out of the available set, and match's
-// offer lock refuses him until the hold is released; released, a free driver is available again.
+// TestHailHoldKeepsOffersAway: a pairing holds its driver: out of the available set (his pings do
+// not put him back), and match's offer lock refuses him until the hold is released; released, a free driver is available again.
 func TestHailHoldKeepsOffersAway(t *testing.T) {
 	s := newStore(t)
 	ctx := context.Background()
@@ -42,6 +42,11 @@ func TestHailHoldKeepsOffersAway(t *testing.T) {
 	}
 	if ok, err := s.LockOffer(ctx, "d-1", liveOffer("offer-a", "ride-a"), time.Minute); err != nil || ok {
 		t.Fatalf("LockOffer during the hold = %v, %v; want refused", ok, err)
+	}
+	// His pings keep him out of it: every writer applies the one available-set rule (available.lua).
+	ping(t, s, "d-1", midtown, time.Now().Add(time.Second), dispatch.DriverAvailable)
+	if in, _ := s.InAvailableSet(ctx, "d-1"); in {
+		t.Errorf("a held driver's ping put him back in the available set")
 	}
 	// Another press of the held driver is refused too.
 	if res := hail(t, s, dispatch.HailDriver, "d-1", midtown, ""); res.Outcome != redisstore.HailUnavailable || res.DriverState != "pairing" {

@@ -28,30 +28,9 @@ type GeoHit struct {
 // drivers sit within 2–3 m; a sparse fleet needs a few more, cheap, rings.
 const RingStartM = 2
 
-// nearbyScript is the flat-cost candidate search: GEOSEARCH BYRADIUS ASC COUNT in rings of growing
-// radius, from RingStartM up to the asked radius, stopping at the first ring that holds count
-// drivers. GEOSEARCH visits every member in the geohash boxes that cover its radius, so one search
-// of the whole radius costs in proportion to how many drivers are inside it (tens of thousands at a
-// dense pickup); a ring sized to the local density visits about as many as it returns, wherever the
-// pickup is. Each next ring is sized from the density the last one saw: × 1.5·√(count/found),
-// between ×2 and ×8 (×8 when it found nobody). The answer is exact: the count nearest within a ring
-// of radius r are the count nearest within any radius ≥ r, since every driver outside the ring is
-// farther than r; and the last ring is the asked radius.
-// KEYS: GEO set. ARGV: lng, lat, radius m, count, first ring m.
-// Returns the last ring's reply ({name, distance m, {lng, lat}}, …) and the rings searched.
-var nearbyScript = redis.NewScript(`
-local maxr, count = tonumber(ARGV[3]), tonumber(ARGV[4])
-local r, rings = math.min(tonumber(ARGV[5]), maxr), 0
-while true do
-  rings = rings + 1
-  local res = redis.call('GEOSEARCH', KEYS[1], 'FROMLONLAT', ARGV[1], ARGV[2], 'BYRADIUS', r, 'm',
-    'ASC', 'COUNT', count, 'WITHDIST', 'WITHCOORD')
-  if #res >= count or r >= maxr then return {res, rings} end
-  local grow = 8
-  if #res > 0 then grow = math.max(2, math.min(8, 1.5 * math.sqrt(count / #res))) end
-  r = math.min(r * grow, maxr)
-end
-`)
+// nearbyScript is the flat-cost candidate search in rings of growing radius (scripts/nearby.lua:
+// why it is exact and flat).
+var nearbyScript = loadScript("nearby.lua")
 
 // Nearby returns up to count available drivers within radiusM metres of p (WGS84), nearest first,
 // at a cost that stays flat with the fleet's density (nearbyScript: rings of growing radius, one
@@ -177,25 +156,9 @@ func (s *Store) DriverInfos(ctx context.Context, ids []string) ([]DriverInfo, er
 	return out, nil
 }
 
-// lockScript takes a driver's offer lock (SET NX PXAT, its deadline exactly as indexed) only if he is still eligible, checked in the
-// same atomic step: heartbeat alive, status available, no ride, no street-hail pairing in progress
-// (field hailhold, a deadline on Redis's clock, see Hail). Only if it got the lock does it take
-// him out of the GEO set (so concurrent searches stop finding him) and index the lock's deadline on
-// Redis's clock. KEYS: lock, GEO, deadlines, driver hash, heartbeat. ARGV: value, TTL ms, driver id.
-// Returns 1 locked, 0 another offer or a hail pairing holds him, -1 no longer eligible.
-var lockScript = redis.NewScript(redisNowMs + `
-if redis.call('EXISTS', KEYS[5]) == 0 then return -1 end
-local st = redis.call('HMGET', KEYS[4], 'status', 'ride', 'hailhold')
-if st[1] ~= 'available' or (st[2] and st[2] ~= '') then return -1 end
-if st[3] and tonumber(st[3]) > now then return 0 end
-local deadline = now + tonumber(ARGV[2])
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', deadline) then
-  redis.call('ZREM', KEYS[2], ARGV[3])
-  redis.call('ZADD', KEYS[3], deadline, KEYS[1])
-  return 1
-end
-return 0
-`)
+// lockScript takes a driver's offer lock only if he can be offered a ride, checked in the same
+// atomic step (scripts/lock_offer.lua).
+var lockScript = loadScript(nowLua, availableLua, "lock_offer.lua")
 
 // LockOffer takes driverID's offer lock holding o for ttl (at least 1 ms). It returns false if
 // another offer holds him or he is no longer available, alive and free of a ride (re-checked

@@ -43,6 +43,9 @@
 // through ApplyAssignment, compare-and-set on the epoch PostgreSQL gave the change (see
 // dispatch.Effects). Scripts that stamp times or deadlines use Redis's clock (TIME), never the host's.
 //
+// The Lua scripts are files under scripts/, embedded (see scriptFiles): each names its KEYS, ARGV
+// and reply in its header; who belongs in the available set is written once, in available.lua.
+//
 // Ids that an expiry must act on (driver, ride) are in the key names, as the design notes require.
 package redisstore
 
@@ -180,9 +183,8 @@ func CheckPrefix(rdb redis.UniversalClient, prefix string) error {
 		"every key of a city must hash to one slot (one tag per city)", prefix, "flagdown:{nyc}:")
 }
 
-// nowScript reads the clock (TIME) of the shard holding KEYS[1], which it declares only so that a
-// cluster routes it there.
-var nowScript = redis.NewScript(`return redis.call('TIME')`)
+// nowScript reads the clock of the shard holding the store's keys (scripts/time.lua).
+var nowScript = loadScript("time.lua")
 
 // Now returns Redis's clock on the server holding the store's keys (on a cluster, the shard of the
 // prefix's hash tag: the clock its scripts stamp deadlines with). Errors are CodeUnavailable.

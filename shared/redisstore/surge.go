@@ -18,20 +18,11 @@ func (s *Store) surgeMultKey(cell string) string   { return s.prefix + "surge:mu
 func (s *Store) quoteKey(id string) string         { return s.prefix + "quote:" + id }
 func (s *Store) matchDelayKey() string             { return s.prefix + "matchdelay" }
 
-// demandAddScript records one ride request in a cell's demand: ZADD of the ride id at Redis's
-// time (ms), trimming members older than the window (ARGV[2], ms) and keeping the key one window.
-var demandAddScript = redis.NewScript(redisNowMs + `
-redis.call('ZADD', KEYS[1], now, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return now
-`)
+// demandAddScript records one ride request in a cell's demand (scripts/demand_add.lua).
+var demandAddScript = loadScript(nowLua, "demand_add.lua")
 
-// demandCountScript counts a cell's requests within the window (ARGV[1], ms) before Redis's now and
-// returns {count, now ms}; it writes nothing (demandAddScript trims).
-var demandCountScript = redis.NewScript(redisNowMs + `
-return {redis.call('ZCOUNT', KEYS[1], '(' .. (now - tonumber(ARGV[1])), '+inf'), now}
-`)
+// demandCountScript counts a cell's requests within the window (scripts/demand_count.lua).
+var demandCountScript = loadScript(nowLua, "demand_count.lua")
 
 // CountDemand records the request of ride rideID from geohash cell cell in the cell's sliding
 // window of length window (a sorted set of ride ids by Redis's time: a ride counted twice, by a
@@ -128,19 +119,8 @@ func (s *Store) ReadSurge(ctx context.Context, surge bool, cell string, box disp
 }
 
 // surgeStoreScript stores a cell's new multiplier compare-and-set on the time of the one it was
-// computed from (ARGV[2], ms; 0 for none), and only when at least the update interval (ARGV[3], ms)
-// has passed since that one: so two estimates racing for one update make one step, not two.
-// Returns {multiplier, at ms, 1 if stored}: the stored value when another update won.
-var surgeStoreScript = redis.NewScript(redisNowMs + `
-local cur = redis.call('HMGET', KEYS[1], 'm', 'at')
-local at = tonumber(cur[2]) or 0
-if at ~= tonumber(ARGV[2]) or (at > 0 and now - at < tonumber(ARGV[3])) then
-  return {cur[1] or '1', at, 0}
-end
-redis.call('HSET', KEYS[1], 'm', ARGV[1], 'at', now)
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-return {ARGV[1], now, 1}
-`)
+// computed from (scripts/surge_store.lua).
+var surgeStoreScript = loadScript(nowLua, "surge_store.lua")
 
 // StoreSurge stores multiplier m for cell if the stored one is still the one of prevAtMs (0: none)
 // and interval has passed since it; the key lives ttl after the update (after that the cell has no
@@ -157,17 +137,8 @@ func (s *Store) StoreSurge(ctx context.Context, cell string, m float64, prevAtMs
 	return f64(cur), stored == 1, nil
 }
 
-// matchDelayScript folds one match delay (ARGV[1], seconds) into the EWMA with weight ARGV[2]; the
-// first sample is the EWMA. The key lives a day without accepts.
-var matchDelayScript = redis.NewScript(`
-local x = tonumber(ARGV[1])
-local e = tonumber(redis.call('HGET', KEYS[1], 'ewma'))
-if e == nil then e = x else e = tonumber(ARGV[2]) * x + (1 - tonumber(ARGV[2])) * e end
-redis.call('HSET', KEYS[1], 'ewma', tostring(e))
-redis.call('HINCRBY', KEYS[1], 'n', 1)
-redis.call('EXPIRE', KEYS[1], 86400)
-return tostring(e)
-`)
+// matchDelayScript folds one match delay into the EWMA (scripts/match_delay.lua).
+var matchDelayScript = loadScript("match_delay.lua")
 
 // RecordMatchDelay folds the time from a ride's request to its accept (seconds, ≥ 0) into the
 // recent match delay, an EWMA with weight dispatch.MatchDelayAlpha.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // KeyKind names a key whose expiry means something.
@@ -69,16 +67,9 @@ func (s *Store) Prefix() string { return s.prefix }
 // retryKey is the retry timer of a ride.
 func (s *Store) retryKey(rideID string) string { return s.prefix + "retry:" + rideID }
 
-// setTimerScript sets a timer key to expire at its deadline (Redis's clock + TTL, PXAT) and
-// indexes that same deadline, so the index score is exactly the key's PEXPIRETIME (the expiry
-// source's event id rests on it; a relative PX would read the clock again and can land 1 ms
-// later). KEYS: timer, deadlines. ARGV: value, TTL ms.
-var setTimerScript = redis.NewScript(redisNowMs + `
-local deadline = now + tonumber(ARGV[2])
-redis.call('SET', KEYS[1], ARGV[1], 'PXAT', deadline)
-redis.call('ZADD', KEYS[2], deadline, KEYS[1])
-return 1
-`)
+// setTimerScript sets a timer key to expire at exactly the deadline it indexes (SET PXAT, see
+// scripts/set_timer.lua).
+var setTimerScript = loadScript(nowLua, "set_timer.lua")
 
 // SetRetryTimer arms rideID's retry timer to fire after wait. value is informational (the attempt).
 func (s *Store) SetRetryTimer(ctx context.Context, rideID, value string, wait time.Duration) error {

@@ -137,7 +137,7 @@ func (r *Report) WriteText(w io.Writer) {
 
 // WriteMarkdown writes the table as a markdown document.
 func (r *Report) WriteMarkdown(w io.Writer) {
-	fmt.Fprintf(w, "# flagdown bench\n\nWritten by `make bench` (`flagdown bench`); see the README's Performance and Capacity model.\n\n")
+	fmt.Fprintf(w, "# flagdown bench\n\nWritten by `make bench` (`flagdown bench`); see docs/performance.md (Benchmarks, Capacity model).\n\n")
 	fmt.Fprintf(w, "Run %s, %.0f s, %d CPUs, load average (1/5/15 min) %s before and %s after, Redis %s, PostgreSQL %s, %s.",
 		r.Started.Format(time.RFC3339), r.DurationS, r.Machine.CPUs, r.Machine.LoadBefore, r.Machine.LoadAfter,
 		r.Machine.Redis, r.Machine.Postgres, r.Machine.GoVersion)

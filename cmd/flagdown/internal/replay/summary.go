@@ -51,10 +51,10 @@ func Mean(samples []float64) float64 {
 // Matching modes of the platform (FLAGDOWN_MATCH_MODE), as the summary names them.
 const (
 	// MatchModeGreedy: each ride is offered on its own to its best-scoring available driver
-	// (functions/match, nearest first).
+	// (shared/matching, nearest first).
 	MatchModeGreedy = "greedy"
 	// MatchModeBatch: the rides to match within FLAGDOWN_BATCH_WINDOW are assigned together at the
-	// least total score (functions/match, dispatch.Assign).
+	// least total score (shared/matching, dispatch.Assign).
 	MatchModeBatch = "batch"
 )
 

@@ -11,20 +11,8 @@ import (
 	"github.com/flagdown/flagdown/shared/dispatch"
 )
 
-// offlineScript marks a driver offline unless his heartbeat lives again (a ping raced the expiry).
-// A driver on a ride keeps the status he had (navigating or busy) in the field resume, so his first
-// ping back restores it. KEYS: heartbeat, driver hash, GEO. ARGV: driver id. Returns {0, status}
-// when alive, {1, previous status} otherwise.
-var offlineScript = redis.NewScript(`
-local st = redis.call('HGET', KEYS[2], 'status') or ''
-if redis.call('EXISTS', KEYS[1]) == 1 then return {0, st} end
-redis.call('ZREM', KEYS[3], ARGV[1])
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('HSET', KEYS[2], 'status', 'offline')
-  if st == 'navigating' or st == 'busy' then redis.call('HSET', KEYS[2], 'resume', st) end
-end
-return {1, st}
-`)
+// offlineScript marks a driver offline unless his heartbeat lives again (scripts/offline.lua).
+var offlineScript = loadScript("offline.lua")
 
 // MarkOffline takes driverID out of the available set and sets his status offline, unless his
 // heartbeat key exists (then alive is true and nothing changes). prev is the status before.
@@ -37,15 +25,8 @@ func (s *Store) MarkOffline(ctx context.Context, driverID string) (prev dispatch
 	return dispatch.DriverStatus(str(v[1])), n == 0, nil
 }
 
-// missScript counts a missed offer, restarting the count when the last miss is older than the
-// memory (Redis's clock). KEYS: driver hash. ARGV: memory ms.
-var missScript = redis.NewScript(redisNowMs + `
-local last = tonumber(redis.call('HGET', KEYS[1], 'missed_at') or '0')
-if now - last > tonumber(ARGV[1]) then redis.call('HSET', KEYS[1], 'missed', 0) end
-redis.call('HINCRBY', KEYS[1], 'missed', 1)
-redis.call('HSET', KEYS[1], 'missed_at', now)
-return 1
-`)
+// missScript counts a missed offer (scripts/miss.lua).
+var missScript = loadScript(nowLua, "miss.lua")
 
 // RecordMiss counts an offer driverID let expire; misses older than s.MissMemory are forgotten.
 func (s *Store) RecordMiss(ctx context.Context, driverID string) error {
@@ -89,21 +70,9 @@ func (s *Store) ScanAvailable(ctx context.Context, cursor uint64, count int64) (
 	return ids, next, nil
 }
 
-// heartbeatGoneScript tells, for each driver, whether his heartbeat is gone since more than grace
-// (by Redis's clock, from the heartbeat deadline the ping script keeps in field hbdl; a driver
-// without that field counts as gone long ago). KEYS: pairs of heartbeat, driver hash. ARGV: grace ms.
-var heartbeatGoneScript = redis.NewScript(redisNowMs + `
-local out = {}
-for i = 1, #KEYS, 2 do
-  local gone = 0
-  if redis.call('EXISTS', KEYS[i]) == 0 then
-    local dl = tonumber(redis.call('HGET', KEYS[i+1], 'hbdl') or '0')
-    if dl + tonumber(ARGV[1]) < now then gone = 1 end
-  end
-  out[#out+1] = gone
-end
-return out
-`)
+// heartbeatGoneScript tells, for each driver, whether his heartbeat is gone since more than a
+// grace (scripts/heartbeat_gone.lua).
+var heartbeatGoneScript = loadScript(nowLua, "heartbeat_gone.lua")
 
 // HeartbeatsGone reports, for each driver, whether his heartbeat expired more than grace ago (by
 // Redis's clock): a repair that waits that long does not race the expiry source, which acts within

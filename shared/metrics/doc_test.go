@@ -13,17 +13,17 @@ import (
 	"github.com/flagdown/flagdown/shared/metrics"
 )
 
-// readmeRowRE is one row of the README's Metrics table: | `name` | type | labels | meaning |.
-var readmeRowRE = regexp.MustCompile("(?m)^\\| `(flagdown_[a-z_]+)` \\| ([a-z]+) \\| ([^|]*)\\|")
+// docRowRE is one row of the Metrics table of docs/operations.md: | `name` | type | labels | meaning |.
+var docRowRE = regexp.MustCompile("(?m)^\\| `(flagdown_[a-z_]+)` \\| ([a-z]+) \\| ([^|]*)\\|")
 
-// TestReadmeListsEveryFamily: the README's Metrics table names exactly metrics.Families, each with
-// the type and the labels the collectors give it.
-func TestReadmeListsEveryFamily(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+// TestDocListsEveryFamily: the Metrics table of docs/operations.md names exactly metrics.Families,
+// each with the type and the labels the collectors give it.
+func TestDocListsEveryFamily(t *testing.T) {
+	b, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := readmeRowRE.FindAllStringSubmatch(string(b), -1)
+	rows := docRowRE.FindAllStringSubmatch(string(b), -1)
 	type row struct{ typ, labels string }
 	doc := map[string]row{}
 	var order []string
@@ -33,7 +33,7 @@ func TestReadmeListsEveryFamily(t *testing.T) {
 		order = append(order, r[1])
 	}
 	if strings.Join(order, " ") != strings.Join(metrics.Families, " ") {
-		t.Errorf("README Metrics table\n %v\nwant metrics.Families\n %v", order, metrics.Families)
+		t.Errorf("docs/operations.md Metrics table\n %v\nwant metrics.Families\n %v", order, metrics.Families)
 	}
 
 	touchAll()
@@ -51,14 +51,14 @@ func TestReadmeListsEveryFamily(t *testing.T) {
 			continue // not in the table: the list check above reports it
 		}
 		if got := types[mf.GetType()]; got != d.typ {
-			t.Errorf("%s: README says %s, registered as %s", mf.GetName(), d.typ, got)
+			t.Errorf("%s: docs/operations.md says %s, registered as %s", mf.GetName(), d.typ, got)
 		}
 		var labels []string
 		for _, lp := range mf.GetMetric()[0].GetLabel() {
 			labels = append(labels, lp.GetName())
 		}
 		if got := strings.Join(labels, ","); got != d.labels && !sameSet(got, d.labels) {
-			t.Errorf("%s: README labels %q, registered %q", mf.GetName(), d.labels, got)
+			t.Errorf("%s: docs/operations.md labels %q, registered %q", mf.GetName(), d.labels, got)
 		}
 	}
 }

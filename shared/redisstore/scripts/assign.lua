@@ -1,0 +1,108 @@
+-- assign.lua: applies a driver's assignment from PostgreSQL, compare-and-set on its epoch: it does
+-- nothing unless the epoch is newer than the one the driver hash holds, so a late, repeated or
+-- snapshot-based write never moves Redis backwards. Needs now.lua and available.lua before it.
+--
+-- KEYS[1] driver_key     P driver:{id}, the driver hash
+-- KEYS[2] geo_key        P geo:available, the GEO set of available drivers
+-- KEYS[3] onride_key     P onride, the drivers whose hash holds a ride
+-- KEYS[4] hb_key         P hb:{id}, the heartbeat
+-- KEYS[5] offer_key      P offer:{id}, the driver's offer lock
+-- KEYS[6] ride_pos_key   P ridepos:{ride}, the live position of ride (only when ride is not '')
+-- ARGV[1]  driver_id
+-- ARGV[2]  epoch            the assignment epoch PostgreSQL gave the change
+-- ARGV[3]  ride             the ride id, '' = free
+-- ARGV[4]  ride_status      the driver's on-ride status (navigating or busy)
+-- ARGV[5]  ride_version     the ride's version
+-- ARGV[6]  lat              WGS84 degrees to move a free driver to, '' keeps his position
+-- ARGV[7]  lng              WGS84 degrees
+-- ARGV[8]  ride_pos_prefix  P ridepos:
+-- ARGV[9]  ride_pos_ttl_ms  TTL of a ride's live position, ms
+-- ARGV[10] state_ttl_ms     the driver hash's TTL when it has none, ms
+-- Returns 1 applied, 2 only fixed (taken out of the GEO set or given his on-ride status back), 0
+-- nothing to do.
+--
+-- The one key not in KEYS is the live position of the ride the driver leaves (old_pos_key: its name
+-- is the ride the hash holds, known only inside the script), built from the prefix: it carries the
+-- prefix's hash tag, so on a Redis Cluster it is in the slot of the declared keys (CheckPrefix).
+--
+-- Whatever the epoch, a driver whose hash holds a ride is taken out of the available set (a driver
+-- on a ride is never offered another), and at the same epoch and ride an alive driver shown
+-- available or paused gets his on-ride status back. On a ride: ride and epoch set, status
+-- ride_status (offline with resume set while his heartbeat is gone), member of the on-ride set;
+-- the ride's live position is handed to him if the ride version is newer than the position's
+-- (starting at his last position, or none when Redis has none, never the previous driver's). Free:
+-- ride cleared, available since now (offline while his heartbeat is gone), optionally moved to
+-- lat/lng. Either way GEO set membership then follows the available-set rule (available.lua). The
+-- live position of the ride he leaves is tombstoned (driver '') if it was his.
+local driver_key = KEYS[1]
+local geo_key = KEYS[2]
+local onride_key = KEYS[3]
+local hb_key = KEYS[4]
+local offer_key = KEYS[5]
+local ride_pos_key = KEYS[6]
+local driver_id = ARGV[1]
+local epoch_arg = ARGV[2]
+local epoch = tonumber(epoch_arg)
+local ride = ARGV[3]
+local ride_status = ARGV[4]
+local ride_version = tonumber(ARGV[5])
+local lat_arg, lng_arg = ARGV[6], ARGV[7]
+local ride_pos_prefix = ARGV[8]
+local ride_pos_ttl_ms = ARGV[9]
+local state_ttl_ms = ARGV[10]
+
+local cur = tonumber(redis.call('HGET', driver_key, 'epoch') or '0')
+if epoch <= cur then
+  local r = redis.call('HGET', driver_key, 'ride')
+  local fixed = 0
+  if r and r ~= '' then
+    if redis.call('ZREM', geo_key, driver_id) == 1 then fixed = 2 end
+    local st = redis.call('HGET', driver_key, 'status')
+    if epoch == cur and r == ride and (st == 'available' or st == 'paused') and redis.call('EXISTS', hb_key) == 1 then
+      redis.call('HSET', driver_key, 'status', ride_status)
+      fixed = 2
+    end
+  end
+  return fixed
+end
+local old = redis.call('HGET', driver_key, 'ride') or ''
+local st = redis.call('HGET', driver_key, 'status') or 'offline'
+local alive = redis.call('EXISTS', hb_key) == 1
+if old ~= '' and old ~= ride then
+  local old_pos_key = ride_pos_prefix .. old
+  if redis.call('HGET', old_pos_key, 'driver') == driver_id then
+    local ov = tonumber(redis.call('HGET', old_pos_key, 'ver') or '0')
+    if ride == '' and ride_version > ov then ov = ride_version end
+    redis.call('HSET', old_pos_key, 'driver', '', 'ver', ov)
+    redis.call('PEXPIRE', old_pos_key, ride_pos_ttl_ms)
+  end
+end
+redis.call('HSET', driver_key, 'epoch', epoch_arg, 'ride', ride)
+if ride ~= '' then
+  if alive then
+    redis.call('HSET', driver_key, 'status', ride_status)
+    redis.call('HDEL', driver_key, 'resume')
+  else
+    redis.call('HSET', driver_key, 'status', 'offline', 'resume', ride_status)
+  end
+  redis.call('SADD', onride_key, driver_id)
+  if ride_version > tonumber(redis.call('HGET', ride_pos_key, 'ver') or '0') then
+    redis.call('HSET', ride_pos_key, 'driver', driver_id, 'ver', ride_version)
+    local p = redis.call('HMGET', driver_key, 'lat', 'lng', 'ts')
+    if p[1] and p[2] and p[3] then redis.call('HSET', ride_pos_key, 'lat', p[1], 'lng', p[2], 'ts', p[3])
+    else redis.call('HDEL', ride_pos_key, 'lat', 'lng', 'ts') end
+    redis.call('PEXPIRE', ride_pos_key, ride_pos_ttl_ms)
+  end
+else
+  redis.call('SREM', onride_key, driver_id)
+  redis.call('HDEL', driver_key, 'resume')
+  if not alive then
+    redis.call('HSET', driver_key, 'status', 'offline')
+  elseif old ~= '' or st == 'navigating' or st == 'busy' then
+    redis.call('HSET', driver_key, 'status', 'available', 'since', now)
+  end
+  if lat_arg ~= '' then redis.call('HSET', driver_key, 'lat', lat_arg, 'lng', lng_arg) end
+end
+sync_available(geo_key, driver_key, hb_key, offer_key, driver_id)
+if redis.call('PTTL', driver_key) == -1 then redis.call('PEXPIRE', driver_key, state_ttl_ms) end
+return 1
