@@ -22,6 +22,7 @@ import (
 	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/expiry"
+	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/outbox"
@@ -63,7 +64,7 @@ SIGINT/SIGTERM.`,
 			if cmd.Flags().Changed("addr") || os.Getenv("FLAGDOWN_ADDR") == "" {
 				cfg.Addr = addr
 			}
-			log := app.NewLogger(cfg)
+			log := host.NewLogger(cfg)
 			stopTracing, err := startTracing(cmd.Context(), "flagdown-dev", log)
 			if err != nil {
 				return err

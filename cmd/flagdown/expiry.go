@@ -3,9 +3,9 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/expiry"
+	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
@@ -31,7 +31,7 @@ Prometheus metrics; traces go to the OTLP endpoint of the OTEL_* environment whe
 			if err != nil {
 				return err
 			}
-			log := app.NewLogger(cfg)
+			log := host.NewLogger(cfg)
 			ctx := cmd.Context()
 			stopTracing, err := startTracing(ctx, "flagdown-expiry-source", log)
 			if err != nil {
@@ -56,7 +56,7 @@ Prometheus metrics; traces go to the OTLP endpoint of the OTEL_* environment whe
 				return err
 			}
 			defer closePublisher()
-			src := expiry.New(app.NewStore(rdb, cfg), expiry.Publisher(publish),
+			src := expiry.New(host.NewStore(rdb, cfg), expiry.Publisher(publish),
 				expiry.Options{SweepInterval: cfg.ExpirySweepInterval, NotificationsConfigured: configured, Log: log, Keys: keys})
 			log.Info("expiry source starting", "redis", redisstore.Addr(rdb), "sweep", cfg.ExpirySweepInterval, "publish to", target)
 			if err := src.Run(ctx); err != nil && ctx.Err() == nil {

@@ -30,24 +30,25 @@ import (
 )
 
 // functionSet is every function the platform serves, by the name in its gateway path
-// /function/<name> (the folder name under functions/).
+// /function/<name> (the folder name under functions/). A function that pushes takes the Deps with
+// push; any other takes their host dependencies (d.Deps), as its image links them.
 var functionSet = []struct {
 	name  string
 	build func(*app.Deps) http.Handler
 }{
 	{"location-update", func(d *app.Deps) http.Handler { return locationupdate.New(d) }},
-	{"order-create", func(d *app.Deps) http.Handler { return ordercreate.New(d) }},
+	{"order-create", func(d *app.Deps) http.Handler { return ordercreate.New(d.Deps) }},
 	{"match", func(d *app.Deps) http.Handler { return match.New(d) }},
-	{"accept", func(d *app.Deps) http.Handler { return accept.New(d) }},
-	{"hail", func(d *app.Deps) http.Handler { return hail.New(d) }},
-	{"ride", func(d *app.Deps) http.Handler { return ride.New(d) }},
-	{"nearby", func(d *app.Deps) http.Handler { return nearby.New(d) }},
-	{"fare-estimate", func(d *app.Deps) http.Handler { return fareestimate.New(d) }},
-	{"expiry-notification", func(d *app.Deps) http.Handler { return expirynotification.New(d) }},
-	{"reconcile", func(d *app.Deps) http.Handler { return reconcile.New(d) }},
+	{"accept", func(d *app.Deps) http.Handler { return accept.New(d.Deps) }},
+	{"hail", func(d *app.Deps) http.Handler { return hail.New(d.Deps) }},
+	{"ride", func(d *app.Deps) http.Handler { return ride.New(d.Deps) }},
+	{"nearby", func(d *app.Deps) http.Handler { return nearby.New(d.Deps) }},
+	{"fare-estimate", func(d *app.Deps) http.Handler { return fareestimate.New(d.Deps) }},
+	{"expiry-notification", func(d *app.Deps) http.Handler { return expirynotification.New(d.Deps) }},
+	{"reconcile", func(d *app.Deps) http.Handler { return reconcile.New(d.Deps) }},
 	{"notify", func(d *app.Deps) http.Handler { return notify.New(d) }},
 	{"devices", func(d *app.Deps) http.Handler { return devices.New(d) }},
-	{"ops-map", func(d *app.Deps) http.Handler { return opsmap.New(d) }},
+	{"ops-map", func(d *app.Deps) http.Handler { return opsmap.New(d.Deps) }},
 }
 
 // cron calls url with POST every interval until ctx ends, like the flagdown-reconcile-cron CronJob

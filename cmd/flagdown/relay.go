@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/outbox"
 	"github.com/flagdown/flagdown/shared/pgstore"
 )
@@ -37,7 +37,7 @@ environment when one is set.`,
 			if err != nil {
 				return err
 			}
-			log := app.NewLogger(cfg)
+			log := host.NewLogger(cfg)
 			ctx := cmd.Context()
 			stopTracing, err := startTracing(ctx, "flagdown-relay", log)
 			if err != nil {

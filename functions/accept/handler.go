@@ -13,9 +13,9 @@ package function
 import (
 	"net/http"
 
-	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/lifecycle"
 )
@@ -25,19 +25,19 @@ const Source = "/flagdown/accept"
 
 // Function serves accepts.
 type Function struct {
-	d  *app.Deps
+	d  *host.Deps
 	lc *lifecycle.Service
 	h  http.Handler
 }
 
 // New returns the function over d; it requires a driver token.
-func New(d *app.Deps) *Function {
-	f := &Function{d: d, lc: lifecycle.New(d, Source)}
+func New(d *host.Deps) *Function {
+	f := &Function{d: d, lc: d.Lifecycle(Source)}
 	f.h = auth.Require(d.Auth, d.Log, http.HandlerFunc(f.serve), auth.RoleDriver)
 	return f
 }
 
-var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
+var lazy = host.NewLazy(func(d *host.Deps) http.Handler { return New(d) })
 
 // Handle is the OpenFaaS golang-middleware entry point.
 func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }

@@ -19,9 +19,9 @@ import (
 	"github.com/cloudevents/sdk-go/v2/event"
 
 	"github.com/flagdown/flagdown/events"
-	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/cloudevent"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/lifecycle"
 	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/redisstore"
@@ -38,19 +38,19 @@ const OutcomeIgnored = "ignored"
 
 // Function handles expired-key events.
 type Function struct {
-	d  *app.Deps
+	d  *host.Deps
 	lc *lifecycle.Service
 	h  http.Handler
 }
 
 // New returns the function over d.
-func New(d *app.Deps) *Function {
-	f := &Function{d: d, lc: lifecycle.New(d, Source)}
-	f.h = app.EventHandler(d, Consumer, events.TypesFor("expiry-notification"), f.Handle)
+func New(d *host.Deps) *Function {
+	f := &Function{d: d, lc: d.Lifecycle(Source)}
+	f.h = host.EventHandler(d, Consumer, events.TypesFor("expiry-notification"), f.Handle)
 	return f
 }
 
-var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
+var lazy = host.NewLazy(func(d *host.Deps) http.Handler { return New(d) })
 
 // Handle is the OpenFaaS golang-middleware entry point.
 func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }

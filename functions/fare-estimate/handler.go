@@ -18,26 +18,26 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/httpx"
 )
 
 // Function serves fare estimates.
 type Function struct {
-	d *app.Deps
+	d *host.Deps
 	h http.Handler
 }
 
 // New returns the function over d; it requires a rider token.
-func New(d *app.Deps) *Function {
+func New(d *host.Deps) *Function {
 	f := &Function{d: d}
 	f.h = auth.Require(d.Auth, d.Log, http.HandlerFunc(f.serve), auth.RoleRider)
 	return f
 }
 
-var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
+var lazy = host.NewLazy(func(d *host.Deps) http.Handler { return New(d) })
 
 // Handle is the OpenFaaS golang-middleware entry point.
 func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }

@@ -50,7 +50,7 @@ func quoteKeys(t *testing.T, env *fntest.Env) int {
 func TestFareEstimateRejectsBadInputAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	env := fntest.NewEnv(t, nil)
-	fn := fareestimate.New(env.D)
+	fn := fareestimate.New(env.D.Deps)
 	rider := env.As(auth.RoleRider, "r-1")
 	tests := []struct {
 		name, path string
@@ -108,7 +108,7 @@ func hotCell(t *testing.T, env *fntest.Env) {
 
 func estimate(t *testing.T, env *fntest.Env, rider string) fntest.JSON {
 	t.Helper()
-	status, body := fntest.Do(t, fareestimate.New(env.D), http.MethodGet, query(pt(pickup), pt(dropoff)), nil, env.As(auth.RoleRider, rider))
+	status, body := fntest.Do(t, fareestimate.New(env.D.Deps), http.MethodGet, query(pt(pickup), pt(dropoff)), nil, env.As(auth.RoleRider, rider))
 	if status != http.StatusOK {
 		t.Fatalf("fare-estimate: %d %v", status, body)
 	}

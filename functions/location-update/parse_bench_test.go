@@ -15,6 +15,7 @@ import (
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/host"
 )
 
 func benchFunction(b *testing.B) *Function {
@@ -22,7 +23,7 @@ func benchFunction(b *testing.B) *Function {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &Function{d: &app.Deps{Config: cfg}, now: time.Now}
+	return &Function{d: app.With(&host.Deps{Config: cfg}), now: time.Now}
 }
 
 func benchBatch(n int) json.RawMessage {

@@ -26,6 +26,7 @@ import (
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/cloudevent"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/lifecycle"
 	"github.com/flagdown/flagdown/shared/matching"
 	"github.com/flagdown/flagdown/shared/metrics"
@@ -61,9 +62,9 @@ type Function struct {
 
 // New returns the function over d.
 func New(d *app.Deps) *Function {
-	lc := lifecycle.New(d, Source)
+	lc := d.Lifecycle(Source)
 	f := &Function{d: d, m: matching.New(d.Redis, lc, d.Log, matching.ParamsFrom(d.Config))}
-	f.h = app.EventHandler(d, Consumer, Triggers, f.Handle)
+	f.h = host.EventHandler(d.Deps, Consumer, Triggers, f.Handle)
 	return f
 }
 

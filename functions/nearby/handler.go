@@ -18,9 +18,9 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/httpx"
 )
 
@@ -44,18 +44,18 @@ func Coarse(p dispatch.Point) dispatch.Point {
 
 // Function serves nearby queries.
 type Function struct {
-	d *app.Deps
+	d *host.Deps
 	h http.Handler
 }
 
 // New returns the function over d; it requires a rider or ops token.
-func New(d *app.Deps) *Function {
+func New(d *host.Deps) *Function {
 	f := &Function{d: d}
 	f.h = auth.Require(d.Auth, d.Log, http.HandlerFunc(f.serve), auth.RoleRider, auth.RoleOps)
 	return f
 }
 
-var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
+var lazy = host.NewLazy(func(d *host.Deps) http.Handler { return New(d) })
 
 // Handle is the OpenFaaS golang-middleware entry point.
 func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }

@@ -45,6 +45,7 @@ import (
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/cloudevent"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/pgstore"
 	"github.com/flagdown/flagdown/shared/push"
@@ -89,7 +90,7 @@ type Function struct {
 // New returns the function over d.
 func New(d *app.Deps) *Function {
 	f := &Function{d: d, p: d.Push(), mux: http.NewServeMux()}
-	f.mux.Handle("/{$}", app.EventHandler(d, Consumer, Triggers, f.Handle))
+	f.mux.Handle("/{$}", host.EventHandler(d.Deps, Consumer, Triggers, f.Handle))
 	f.mux.Handle("/connect", f.internal(f.connect))
 	f.mux.Handle("/disconnect", f.internal(f.disconnect))
 	f.mux.Handle("/message", f.internal(f.message))

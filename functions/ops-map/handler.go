@@ -42,9 +42,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/opsview"
 )
@@ -61,7 +61,7 @@ var assets embed.FS
 
 // Function serves the live operations map.
 type Function struct {
-	d    *app.Deps
+	d    *host.Deps
 	hub  *opsview.Hub
 	read *opsview.Reader
 	mux  *http.ServeMux
@@ -73,7 +73,7 @@ type Function struct {
 }
 
 // New returns the function over d; its data endpoints require an ops token.
-func New(d *app.Deps) *Function {
+func New(d *host.Deps) *Function {
 	f := &Function{d: d, read: opsview.New(d.DB, d.Redis), stops: map[*http.Server]chan struct{}{}}
 	f.hub = opsview.NewHub(f.read.Snapshot)
 	f.page, f.csp = buildPage()
@@ -92,7 +92,7 @@ func New(d *app.Deps) *Function {
 	return f
 }
 
-var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
+var lazy = host.NewLazy(func(d *host.Deps) http.Handler { return New(d) })
 
 // Handle is the OpenFaaS golang-middleware entry point.
 func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }

@@ -91,7 +91,7 @@ func snapshotOf(t *testing.T, h http.Handler, e *fntest.Env, query string) (int,
 // the offer in flight from its driver to its pickup, and the match rate is over the four rides.
 func TestSnapshotCountsAndPositions(t *testing.T) {
 	e, rides := fleet(t)
-	h := opsmap.New(e.D)
+	h := opsmap.New(e.D.Deps)
 	st, s := snapshotOf(t, h, e, "")
 	if st != http.StatusOK {
 		t.Fatalf("snapshot: HTTP %d", st)
@@ -177,7 +177,7 @@ func TestSnapshotCapsLists(t *testing.T) {
 // offer; a bad id names the field, an unknown ride is 404.
 func TestTimeline(t *testing.T) {
 	e, rides := fleet(t)
-	h := opsmap.New(e.D)
+	h := opsmap.New(e.D.Deps)
 	st, raw := fntest.DoRaw(t, h, http.MethodGet, "/rides/"+rides["si"], nil, e.Ops())
 	if st != http.StatusOK {
 		t.Fatalf("timeline: HTTP %d %s", st, raw)
@@ -220,7 +220,7 @@ func TestTimeline(t *testing.T) {
 // endpoint needs an ops token; snapshot parameters are checked.
 func TestAccessAndParameters(t *testing.T) {
 	e := fntest.NewEnv(t, nil)
-	h := opsmap.New(e.D)
+	h := opsmap.New(e.D.Deps)
 	st, raw := fntest.DoRaw(t, h, http.MethodGet, "/", nil, nil)
 	page := string(raw)
 	if st != http.StatusOK || !strings.Contains(page, "<canvas id=\"map\"") {
@@ -266,7 +266,7 @@ func TestAccessAndParameters(t *testing.T) {
 func TestStreamSendsSnapshots(t *testing.T) {
 	e := fntest.NewEnv(t, nil)
 	e.Ping(t, "d-idle", timesSquare)
-	srv := httptest.NewServer(opsmap.New(e.D))
+	srv := httptest.NewServer(opsmap.New(e.D.Deps))
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -314,7 +314,7 @@ func TestStreamSendsSnapshots(t *testing.T) {
 // shows the re-open after the accept and ends UNMATCHED with its match note.
 func TestTimelineOfAnUnmatchedRide(t *testing.T) {
 	e := fntest.NewEnv(t, nil)
-	h := opsmap.New(e.D)
+	h := opsmap.New(e.D.Deps)
 	e.Ping(t, "d-gone", dispatch.Point{Lat: 40.7580, Lng: -73.9855})
 	ride := e.CreateRide(t, "r-gone", dispatch.Point{Lat: 40.7570, Lng: -73.9860}, dispatch.Point{Lat: 40.7306, Lng: -73.9866})
 	e.MatchRide(t, ride)

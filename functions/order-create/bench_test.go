@@ -35,7 +35,7 @@ func benchOrderBodies(b *testing.B) []string {
 // must be 202. The parallel variant runs 16 concurrent requests on 2 cores.
 func BenchmarkOrderCreate(b *testing.B) {
 	d := testkit.Deps(b, nil)
-	h := ordercreate.New(d)
+	h := ordercreate.New(d.Deps)
 	trips := benchOrderBodies(b)
 	var seq atomic.Int64
 	run := testkit.ID()

@@ -1,9 +1,10 @@
 // Package function is the order-create function: a rider requests a ride.
 //
 // POST /function/order-create {"rider_id", "pickup": {lat, lng}, "dropoff": {lat, lng}, "quote_id"}
-// with an optional Idempotency-Key header. The ride is inserted REQUESTED with a fare estimate together with
-// its ride.requested outbox row in one transaction; the relay then publishes the event that triggers
-// matching. Answers 202 (200 when the Idempotency-Key names an existing ride).
+// with an optional Idempotency-Key header. The ride is created by shared/lifecycle (NewRide,
+// CreateRide): validated, inserted REQUESTED with a fare estimate together with its ride.requested
+// outbox row in one transaction; the relay then publishes the event that triggers matching. Answers
+// 202 (200 when the Idempotency-Key names an existing ride).
 //
 // The fare, its surge multiplier and the quoted wait come from shared/pricing: the quote of
 // fare-estimate the rider names in quote_id (what he was shown; his own, for the same pickup and
@@ -19,14 +20,11 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/google/uuid"
-
-	"github.com/flagdown/flagdown/events"
-	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/httpx"
-	"github.com/flagdown/flagdown/shared/pgstore"
+	"github.com/flagdown/flagdown/shared/lifecycle"
 	"github.com/flagdown/flagdown/shared/pricing"
 	"github.com/flagdown/flagdown/shared/ratelimit"
 )
@@ -34,25 +32,21 @@ import (
 // Source is the CloudEvent source of events this function emits.
 const Source = "/flagdown/order-create"
 
-// MaxIdempotencyKeyLen is the longest Idempotency-Key accepted, in bytes. The key is free text
-// (dispatch.ValidateText: valid UTF-8 without NUL or other control characters, so a UUID, a
-// base64 string or any client token fits); it is stored in PostgreSQL only, never in a Redis key.
-const MaxIdempotencyKeyLen = 128
-
 // Function serves ride requests.
 type Function struct {
-	d *app.Deps
-	h http.Handler
+	d  *host.Deps
+	lc *lifecycle.Service
+	h  http.Handler
 }
 
 // New returns the function over d; it requires a rider token.
-func New(d *app.Deps) *Function {
-	f := &Function{d: d}
+func New(d *host.Deps) *Function {
+	f := &Function{d: d, lc: d.Lifecycle(Source)}
 	f.h = auth.Require(d.Auth, d.Log, http.HandlerFunc(f.serve), auth.RoleRider)
 	return f
 }
 
-var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
+var lazy = host.NewLazy(func(d *host.Deps) http.Handler { return New(d) })
 
 // Handle is the OpenFaaS golang-middleware entry point.
 func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }
@@ -101,7 +95,7 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 			return 0, nil, err
 		}
 		key := r.Header.Get("Idempotency-Key")
-		ride, err := f.validate(&req, key)
+		ride, err := f.newRide(&req, key)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -118,7 +112,7 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		ride, created, err := f.create(r.Context(), ride, key)
+		ride, created, err := f.lc.CreateRide(r.Context(), ride, key)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -134,31 +128,18 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (f *Function) validate(req *Request, key string) (*dispatch.Ride, error) {
-	if err := dispatch.ValidateID("rider_id", req.RiderID); err != nil {
-		return nil, err
-	}
-	if err := dispatch.ValidateText("Idempotency-Key", key, MaxIdempotencyKeyLen); err != nil {
-		return nil, err
-	}
-	area := f.d.ServiceArea()
+// newRide reads the points of req and has lifecycle validate the request and decide the ride
+// (lifecycle.Service.NewRide: nothing written).
+func (f *Function) newRide(req *Request, key string) (*dispatch.Ride, error) {
 	pickup, err := req.Pickup.Point("pickup")
 	if err != nil {
-		return nil, err
-	}
-	if err := dispatch.ValidateRidePoint("pickup", pickup, area); err != nil {
 		return nil, err
 	}
 	dropoff, err := req.Dropoff.Point("dropoff")
 	if err != nil {
 		return nil, err
 	}
-	if err := dispatch.ValidateRidePoint("dropoff", dropoff, area); err != nil {
-		return nil, err
-	}
-	return &dispatch.Ride{
-		ID: uuid.NewString(), RiderID: req.RiderID, Status: dispatch.RideRequested, Pickup: pickup, Dropoff: dropoff,
-	}, nil
+	return f.lc.NewRide(lifecycle.RideRequest{RiderID: req.RiderID, Pickup: pickup, Dropoff: dropoff, IdempotencyKey: key})
 }
 
 // price sets the ride's fare, multiplier and quoted wait from the rider's quote quoteID, or from a
@@ -181,59 +162,4 @@ func (f *Function) price(ctx context.Context, ride *dispatch.Ride, quoteID strin
 		ride.QuotedWaitS = &w
 	}
 	return q, nil
-}
-
-// create inserts the ride and its ride.requested outbox row, or returns the ride an earlier request
-// with the same Idempotency-Key created (created = false).
-func (f *Function) create(ctx context.Context, ride *dispatch.Ride, key string) (*dispatch.Ride, bool, error) {
-	if key != "" {
-		if prior, err := f.replay(ctx, ride, key); prior != nil || err != nil {
-			return prior, false, err
-		}
-	}
-	// One round trip: the ride and its outbox row in one pipelined batch (one implicit transaction);
-	// requested_at is stamped there with the ride's created_at.
-	_, err := pgstore.CreateRide(ctx, f.d.DB, ride, key, pgstore.OutboxEvent{
-		Type: events.RideRequested, Source: Source, Subject: ride.ID,
-		Data: events.RideRequestedData{
-			RideID: ride.ID, RiderID: ride.RiderID,
-			Pickup:            events.Point{Lat: ride.Pickup.Lat, Lng: ride.Pickup.Lng},
-			Dropoff:           events.Point{Lat: ride.Dropoff.Lat, Lng: ride.Dropoff.Lng},
-			FareEstimateCents: ride.FareEstimateCents,
-		},
-	})
-	switch {
-	case pgstore.IsUniqueViolation(err, "rides_idempotency"):
-		// A concurrent request with the same key won the insert.
-		prior, err := f.replay(ctx, ride, key)
-		return prior, false, err
-	case dispatch.AsError(err).Reason == dispatch.ReasonRiderHasOpenRide:
-		if key != "" {
-			// A concurrent request with the same key may have won on the per-rider index first.
-			if prior, err := f.replay(ctx, ride, key); prior != nil || err != nil {
-				return prior, false, err
-			}
-		}
-		e := dispatch.AsError(err)
-		if open, _ := pgstore.OpenRideOf(ctx, f.d.DB.Pool, ride.RiderID); open != nil {
-			e = e.With("ride_id", open.ID).With("current_status", string(open.Status))
-		}
-		return nil, false, e
-	case err != nil:
-		return nil, false, err
-	}
-	return ride, true, nil
-}
-
-// replay returns the ride created earlier with key, checking that the request is the same.
-func (f *Function) replay(ctx context.Context, ride *dispatch.Ride, key string) (*dispatch.Ride, error) {
-	prior, err := pgstore.RideByIdempotencyKey(ctx, f.d.DB.Pool, ride.RiderID, key)
-	if err != nil || prior == nil {
-		return nil, err
-	}
-	if prior.Pickup != ride.Pickup || prior.Dropoff != ride.Dropoff {
-		return nil, dispatch.Conflict(dispatch.ReasonIdempotencyKeyReused,
-			"Idempotency-Key was already used by this rider for a different ride request").With("ride_id", prior.ID)
-	}
-	return prior, nil
 }

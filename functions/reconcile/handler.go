@@ -34,9 +34,9 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/lifecycle"
 	"github.com/flagdown/flagdown/shared/metrics"
@@ -51,14 +51,14 @@ const batch = 1000
 
 // Function repairs state.
 type Function struct {
-	d  *app.Deps
+	d  *host.Deps
 	lc *lifecycle.Service
 }
 
 // New returns the function over d.
-func New(d *app.Deps) *Function { return &Function{d: d, lc: lifecycle.New(d, Source)} }
+func New(d *host.Deps) *Function { return &Function{d: d, lc: d.Lifecycle(Source)} }
 
-var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
+var lazy = host.NewLazy(func(d *host.Deps) http.Handler { return New(d) })
 
 // Handle is the OpenFaaS golang-middleware entry point.
 func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }

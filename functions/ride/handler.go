@@ -29,9 +29,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/lifecycle"
 	"github.com/flagdown/flagdown/shared/pgstore"
@@ -43,19 +43,19 @@ const Source = "/flagdown/ride"
 
 // Function serves ride reads and actions.
 type Function struct {
-	d  *app.Deps
+	d  *host.Deps
 	lc *lifecycle.Service
 	h  http.Handler
 }
 
 // New returns the function over d; it requires a driver, rider or ops token.
-func New(d *app.Deps) *Function {
-	f := &Function{d: d, lc: lifecycle.New(d, Source)}
+func New(d *host.Deps) *Function {
+	f := &Function{d: d, lc: d.Lifecycle(Source)}
 	f.h = auth.Require(d.Auth, d.Log, http.HandlerFunc(f.serve), auth.RoleDriver, auth.RoleRider, auth.RoleOps)
 	return f
 }
 
-var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
+var lazy = host.NewLazy(func(d *host.Deps) http.Handler { return New(d) })
 
 // Handle is the OpenFaaS golang-middleware entry point. The gateway passes the path after
 // /function/ride, i.e. /{id} or /{id}/{action}.

@@ -29,7 +29,7 @@ import (
 // function added here (the test says so), so every routed function is tested for Broker delivery.
 var eventFunctions = map[string]func(*app.Deps) http.Handler{
 	"match":               func(d *app.Deps) http.Handler { return match.New(d) },
-	"expiry-notification": func(d *app.Deps) http.Handler { return expirynotification.New(d) },
+	"expiry-notification": func(d *app.Deps) http.Handler { return expirynotification.New(d.Deps) },
 	"notify":              func(d *app.Deps) http.Handler { return notify.New(d) },
 }
 
@@ -95,7 +95,7 @@ func TestKnativeBrokerDelivery(t *testing.T) {
 // createRide creates a REQUESTED ride through order-create and returns its id.
 func createRide(t *testing.T, d *app.Deps) string {
 	t.Helper()
-	srv := httptest.NewServer(ordercreate.New(d))
+	srv := httptest.NewServer(ordercreate.New(d.Deps))
 	defer srv.Close()
 	req, _ := http.NewRequest(http.MethodPost, srv.URL, jsonBody(`{"rider_id":"r-broker","pickup":{"lat":40.75,"lng":-73.98},"dropoff":{"lat":40.76,"lng":-73.97}}`))
 	req.Header.Set("Content-Type", "application/json")

@@ -27,6 +27,7 @@ import (
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/pgstore"
 )
@@ -163,7 +164,8 @@ func InternalTokens() *internalauth.Tokens {
 	return k
 }
 
-// Deps builds function dependencies over a fresh schema and Redis prefix (see DB and Redis), with
+// Deps builds function dependencies (with push: pass .Deps, the host.Deps, to a function that does
+// not push) over a fresh schema and Redis prefix (see DB and Redis), with
 // the default configuration changed by tune (may be nil). The configuration has a random HS256
 // FLAGDOWN_JWT_SECRET (tune sees it and may change it), and Auth verifies tokens minted with it.
 // Everything is removed when t ends.
@@ -192,13 +194,7 @@ func Deps(t testing.TB, tune func(*config.Config)) *app.Deps {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	return &app.Deps{
-		Config: cfg,
-		DB:     db,
-		Redis:  app.NewStore(rdb, cfg),
-		Log:    log,
-		Auth:   v,
-	}
+	return app.With(host.New(cfg, db, host.NewStore(rdb, cfg), log, v))
 }
 
 // Run runs fn (a component's Run method) in the background until t ends, then cancels its context

@@ -1,48 +1,35 @@
 package app_test
 
 import (
-	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/shared/app"
+	"github.com/flagdown/flagdown/shared/host"
 )
 
-// TestLazyRetriesStartUp: while a dependency is down the OpenFaaS entry point answers 503
-// unavailable, and once it is up the handler is built (the failure was not cached).
-func TestLazyRetriesStartUp(t *testing.T) {
-	redisURL, dbURL := testkit.RedisURL(), testkit.DatabaseURL()
-	t.Setenv("REDIS_URL", "redis://127.0.0.1:1/0") // nothing listens on port 1
-	t.Setenv("DATABASE_URL", dbURL)
-	built := 0
-	h := app.NewLazy(func(d *app.Deps) http.Handler {
-		built++
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
-	})
-
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
-	if got, want := rec.Code, http.StatusServiceUnavailable; got != want {
-		t.Fatalf("status with Redis down = %d, want %d", got, want)
+// TestProcessSharesHost: the process Deps with push wrap the process host dependencies, so a
+// process builds its pools once whichever of app and host asks first, and both answer the same
+// value on every call; without FLAGDOWN_PUSH_ENDPOINT the pusher is off.
+func TestProcessSharesHost(t *testing.T) {
+	t.Setenv("REDIS_URL", testkit.RedisURL())
+	t.Setenv("DATABASE_URL", testkit.DatabaseURL())
+	t.Setenv("FLAGDOWN_PUSH_ENDPOINT", "")
+	h, err := host.Process(t.Context())
+	if err != nil {
+		t.Fatalf("host.Process: %v", err)
 	}
-	var body struct {
-		Error struct{ Code string } `json:"error"`
+	a, err := app.Process(t.Context())
+	if err != nil {
+		t.Fatalf("app.Process: %v", err)
 	}
-	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body.Error.Code != "unavailable" {
-		t.Fatalf("body %s: want error code unavailable", rec.Body)
+	if a.Deps != h {
+		t.Error("app.Process built its own host dependencies, want host.Process's")
 	}
-
-	t.Setenv("REDIS_URL", redisURL)
-	for i := 0; i < 2; i++ {
-		rec = httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
-		if got, want := rec.Code, http.StatusTeapot; got != want {
-			t.Fatalf("status with Redis up = %d, want %d", got, want)
-		}
+	if again, _ := app.Process(t.Context()); again != a {
+		t.Error("app.Process built the Deps twice, want once per process")
 	}
-	if built != 1 {
-		t.Errorf("handler built %d times, want once per process", built)
+	if a.Push().Enabled() {
+		t.Error("pusher on without FLAGDOWN_PUSH_ENDPOINT")
 	}
 }

@@ -95,7 +95,7 @@ func (s *Service) RidesToMatch(ctx context.Context, ids []string) ([]*dispatch.R
 // (FLAGDOWN_BATCH_WINDOW) unless it is armed. Joining is a Redis write only, idempotent, and
 // changes no ride: the window's run re-checks every ride under its lock (Match).
 func (s *Service) JoinBatch(ctx context.Context, rideID string) error {
-	_, err := s.d.Redis.JoinBatch(ctx, redisstore.CityBatch, []string{rideID}, s.d.Config.BatchWindow)
+	_, err := s.d.Redis.JoinBatch(ctx, redisstore.CityBatch, []string{rideID}, s.d.Rules.BatchWindow)
 	return err
 }
 
@@ -106,7 +106,7 @@ func (s *Service) JoinBatch(ctx context.Context, rideID string) error {
 // holds: once FLAGDOWN_RETRY_BUDGET has passed since match_started_at the ride becomes UNMATCHED, as
 // Match would make it. Outcomes: MatchDeferred, MatchUnmatched, MatchNotNeeded, MatchDuplicate.
 func (s *Service) DeferToNextWindow(ctx context.Context, rideID, note string, ev *EventRef) (string, error) {
-	c := s.d.Config
+	c := s.d.Rules
 	outcome := ""
 	first, err := s.change(ctx, ev, func(tx pgx.Tx, fx *dispatch.Effects) error {
 		outcome = MatchNotNeeded

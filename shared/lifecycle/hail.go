@@ -68,8 +68,7 @@ const maxHailAttempts = 3
 
 // hailOnce judges press p once (steps 2 to 4 of Hail).
 func (s *Service) hailOnce(ctx context.Context, p dispatch.HailPress) (HailResult, error) {
-	c := s.d.Config
-	res, err := s.d.Redis.Hail(ctx, p, dispatch.HailRules{Window: c.HailWindow, RadiusM: c.HailRadiusM}, dispatch.HailHold)
+	res, err := s.d.Redis.Hail(ctx, p, s.d.Rules.Hail, dispatch.HailHold)
 	if err != nil {
 		return HailResult{}, err
 	}
@@ -150,11 +149,7 @@ func (s *Service) hailRide(p dispatch.HailPress, res redisstore.HailResult) *dis
 	if dropoff == nil { // an entry written without one (cannot happen: the function requires it of riders)
 		dropoff = &pickup
 	}
-	c := s.d.Config
-	est := dispatch.EstimateFare(dispatch.FareParams{
-		BaseCents: c.FareBaseCents, PerKmCents: c.FarePerKmCents, PerMinCents: c.FarePerMinCents,
-		MinimumCents: c.FareMinimumCents, RoadFactor: c.RoadFactor, AvgSpeedMPS: c.AvgSpeedMPS,
-	}, pickup, *dropoff)
+	est := dispatch.EstimateFare(s.d.Rules.Fare, pickup, *dropoff)
 	return &dispatch.Ride{
 		ID: uuid.NewString(), RiderID: riderID, DriverID: driverID, Status: dispatch.RideAccepted,
 		Pickup: pickup, Dropoff: *dropoff,

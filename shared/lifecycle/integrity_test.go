@@ -135,7 +135,7 @@ func TestReconcileRepairsAssignmentsBothWays(t *testing.T) {
 func TestAReopenedRideStartsAFreshRetryBudget(t *testing.T) {
 	t.Parallel()
 	env := fntest.NewTimeoutEnv(t, nil)
-	lc := lifecycle.New(env.D, "/test")
+	lc := env.D.Lifecycle("/test")
 	env.Ping(t, "d-1", fntest.Offset(pickup, 100, 0))
 	rideID := offered(t, env, "r-1", "d-1")
 	if status, body := env.AcceptRide(t, rideID, "d-1"); status != http.StatusOK {
@@ -164,7 +164,7 @@ func TestALateAcceptRacingTheOfferExpiryDoesNotDeadlock(t *testing.T) {
 	t.Parallel()
 	for round := range 6 {
 		env := fntest.NewTimeoutEnv(t, nil)
-		lc := lifecycle.New(env.D, "/test")
+		lc := env.D.Lifecycle("/test")
 		env.Ping(t, "d-1", fntest.Offset(pickup, 100, 0))
 		rideID := offered(t, env, "r-1", "d-1")
 		// Inside the expiry's slack, still open for the accept (by PostgreSQL's clock).

@@ -42,7 +42,7 @@ func TestDriverOfflineRacingReconcileReopensTheRideOnce(t *testing.T) {
 		t.Run(fmt.Sprintf("round %d", round), func(t *testing.T) {
 			t.Parallel()
 			env := fntest.NewTimeoutEnv(t, nil)
-			lc := lifecycle.New(env.D, "/test")
+			lc := env.D.Lifecycle("/test")
 			env.Ping(t, "d-1", fntest.Offset(pickup, 100, 0))
 			rideID := offered(t, env, "r-1", "d-1")
 			if status, body := env.AcceptRide(t, rideID, "d-1"); status != http.StatusOK {
@@ -92,7 +92,7 @@ func TestDriverOfflineRacingReconcileReopensTheRideOnce(t *testing.T) {
 func TestAnOfferExpiryBeforeItsWindowClosedDoesNothing(t *testing.T) {
 	t.Parallel()
 	env := fntest.NewTimeoutEnv(t, nil) // 15 s window
-	lc := lifecycle.New(env.D, "/test")
+	lc := env.D.Lifecycle("/test")
 	env.Ping(t, "d-1", fntest.Offset(pickup, 100, 0))
 	rideID := offered(t, env, "r-1", "d-1")
 
@@ -119,7 +119,7 @@ func TestAnOfferExpiryBeforeItsWindowClosedDoesNothing(t *testing.T) {
 func TestAnOfferOfACancelledRideIsNotExpired(t *testing.T) {
 	t.Parallel()
 	env := fntest.NewTimeoutEnv(t, nil)
-	lc := lifecycle.New(env.D, "/test")
+	lc := env.D.Lifecycle("/test")
 	env.Ping(t, "d-1", fntest.Offset(pickup, 100, 0))
 	rideID := offered(t, env, "r-1", "d-1")
 	if status, body := env.RideAction(t, rideID, "cancel", fntest.JSON{"by": "rider", "rider_id": "r-1"}); status != http.StatusOK {
@@ -143,7 +143,7 @@ func TestRetryDue(t *testing.T) {
 	t.Run("a ride with a live offer is not retried", func(t *testing.T) {
 		t.Parallel()
 		env := fntest.NewTimeoutEnv(t, nil)
-		lc := lifecycle.New(env.D, "/test")
+		lc := env.D.Lifecycle("/test")
 		env.Ping(t, "d-1", fntest.Offset(pickup, 100, 0))
 		rideID := offered(t, env, "r-1", "d-1")
 		before := env.Snapshot(t)
@@ -162,7 +162,7 @@ func TestRetryDue(t *testing.T) {
 	t.Run("a ride whose pending offer's window closed is retried", func(t *testing.T) {
 		t.Parallel()
 		env := fntest.NewTimeoutEnv(t, nil)
-		lc := lifecycle.New(env.D, "/test")
+		lc := env.D.Lifecycle("/test")
 		env.Ping(t, "d-1", fntest.Offset(pickup, 100, 0))
 		env.Ping(t, "d-2", fntest.Offset(pickup, 200, 0))
 		rideID := offered(t, env, "r-1", "d-1")
@@ -191,7 +191,7 @@ func TestRetryDue(t *testing.T) {
 	t.Run("an unknown ride is not found and the event is not recorded", func(t *testing.T) {
 		t.Parallel()
 		env := fntest.NewTimeoutEnv(t, nil)
-		lc := lifecycle.New(env.D, "/test")
+		lc := env.D.Lifecycle("/test")
 		for _, id := range []string{"00000000-0000-4000-8000-000000000000", "not-a-uuid"} {
 			_, err := lc.RetryDue(t.Context(), id, "retry_timer", ref())
 			var de *dispatch.Error
@@ -208,7 +208,7 @@ func TestRetryDue(t *testing.T) {
 func TestTheSameEventForAnotherConsumerIsNotADuplicate(t *testing.T) {
 	t.Parallel()
 	env := fntest.NewTimeoutEnv(t, nil)
-	lc := lifecycle.New(env.D, "/test")
+	lc := env.D.Lifecycle("/test")
 	rideID := env.CreateRide(t, "r-1", pickup, dropoff)
 	r := ref()
 	other := *r

@@ -73,7 +73,7 @@ func (s *Service) Match(ctx context.Context, rideID string, ev *EventRef, pick P
 		}
 		tracing.End(span, err)
 	}()
-	c := s.d.Config
+	c := s.d.Rules
 	var locked *dispatch.Offer
 	first, err := s.change(ctx, ev, func(tx pgx.Tx, fx *dispatch.Effects) (err error) {
 		locked, outcome = nil, ""

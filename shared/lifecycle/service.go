@@ -14,17 +14,25 @@
 // that fails is logged and left to reconcile (RepairAssignments), never lost silently. Operations
 // triggered by an event record it in processed_events in the same transaction: a duplicate has no
 // second effect.
+//
+// It also owns ride creation (CreateRide): a rider's request is validated against the dispatch
+// rules, decided into a REQUESTED ride and inserted with its ride.requested outbox row.
+//
+// A Service takes narrow dependencies (Deps: the PostgreSQL pool, the Redis store, a logger and the
+// dispatch.Rules of the configuration), never the composition root: shared/host builds them once
+// per process (host.Deps.Lifecycle).
 package lifecycle
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/pgstore"
+	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
 // OfferClockSlack absorbs the gap between an offer lock's TTL in Redis and PostgreSQL's clock when
@@ -49,15 +57,28 @@ const (
 	OutcomeStale     Outcome = "stale" // state moved on (fresh ping, answered offer): nothing to do
 )
 
+// Deps are what a Service needs: the stores it changes, where it logs, and the rules it decides by.
+type Deps struct {
+	// DB is the PostgreSQL pool, the truth every change commits to (rides, offers, assignments,
+	// outbox, processed_events).
+	DB *pgstore.DB
+	// Redis is the store the committed effects are applied to.
+	Redis *redisstore.Store
+	// Log receives the failures that are left to reconcile.
+	Log *slog.Logger
+	// Rules are the dispatch rules of the configuration (config.Config.Rules).
+	Rules dispatch.Rules
+}
+
 // Service performs state changes for one process. It is safe for concurrent use.
 type Service struct {
-	d *app.Deps
+	d Deps
 	// Source is the CloudEvent source of the events it emits (the calling function).
 	Source string
 }
 
 // New returns a Service over d emitting events with source.
-func New(d *app.Deps, source string) *Service { return &Service{d: d, Source: source} }
+func New(d Deps, source string) *Service { return &Service{d: d, Source: source} }
 
 // change runs fn in a transaction after recording ev (when non-nil) and, once committed, applies
 // the effects fn collected. It reports false without running fn when ev was already processed.

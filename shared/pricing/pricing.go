@@ -97,11 +97,7 @@ func New(store *redisstore.Store, cfg *config.Config, log *slog.Logger) *Service
 // Mode is the configured surge mode.
 func (s *Service) Mode() dispatch.SurgeMode { return s.mode }
 
-func (s *Service) fareParams() dispatch.FareParams {
-	c := s.cfg
-	return dispatch.FareParams{BaseCents: c.FareBaseCents, PerKmCents: c.FarePerKmCents, PerMinCents: c.FarePerMinCents,
-		MinimumCents: c.FareMinimumCents, RoadFactor: c.RoadFactor, AvgSpeedMPS: c.AvgSpeedMPS}
-}
+func (s *Service) fareParams() dispatch.FareParams { return s.cfg.Rules().Fare }
 
 func (s *Service) nearRadiusM() float64 { return s.cfg.SearchRadiiM[len(s.cfg.SearchRadiiM)-1] }
 

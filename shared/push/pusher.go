@@ -30,7 +30,7 @@ type Mobile interface {
 
 // Pusher sends messages to users' live connections through the gateway's management API, drops
 // connections the gateway says are gone, and falls back to mobile push where asked. Build it once
-// per process (app.Deps.Push); it is safe for concurrent use.
+// per process (shared/app: Deps.Push); it is safe for concurrent use.
 type Pusher struct {
 	// Registry is the connection registry the Pusher reads and prunes.
 	Registry *Registry

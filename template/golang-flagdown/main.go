@@ -31,8 +31,8 @@ import (
 	"time"
 
 	function "github.com/flagdown/flagdown"
-	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/tracing"
@@ -46,9 +46,9 @@ const maxHeaderBytes = 64 << 10
 
 func main() {
 	// The logger of the process (shared/logging: JSON by default). A configuration that does not load
-	// is logged here and answered 503 by the function until it is fixed (app.Lazy).
+	// is logged here and answered 503 by the function until it is fixed (host.Lazy).
 	cfg, cfgErr := config.Load()
-	log := app.NewLogger(cfg)
+	log := host.NewLogger(cfg)
 	if cfgErr != nil {
 		log.Error("configuration does not load; the function answers 503 until it does", "err", cfgErr)
 	}
@@ -75,7 +75,7 @@ func main() {
 		w.Header().Set("Content-Type", "application/json")
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		d, err := app.Process(ctx)
+		d, err := host.Process(ctx)
 		if err == nil {
 			err = d.Ready(ctx)
 		}

@@ -167,8 +167,8 @@ func NewEnv(t testing.TB, tune func(*config.Config)) *Env {
 	t.Helper()
 	d := testkit.Deps(t, tune)
 	return &Env{
-		D: d, Location: locationupdate.New(d), Order: ordercreate.New(d), Match: match.New(d),
-		Accept: accept.New(d), Ride: ride.New(d), Nearby: nearby.New(d), Hail: hail.New(d),
+		D: d, Location: locationupdate.New(d), Order: ordercreate.New(d.Deps), Match: match.New(d),
+		Accept: accept.New(d.Deps), Ride: ride.New(d.Deps), Nearby: nearby.New(d.Deps), Hail: hail.New(d.Deps),
 	}
 }
 

@@ -37,7 +37,7 @@ type TimeoutEnv struct {
 func NewTimeoutEnv(t testing.TB, tune func(*config.Config)) *TimeoutEnv {
 	t.Helper()
 	env := NewEnv(t, tune)
-	return &TimeoutEnv{Env: env, Expiry: expirynotification.New(env.D), Reconcile: reconcile.New(env.D)}
+	return &TimeoutEnv{Env: env, Expiry: expirynotification.New(env.D.Deps), Reconcile: reconcile.New(env.D.Deps)}
 }
 
 // ExpiredEvent returns the event the expiry source sends when the timed key name (relative to this
