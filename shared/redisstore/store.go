@@ -43,7 +43,8 @@
 // through ApplyAssignment, compare-and-set on the epoch PostgreSQL gave the change (see
 // dispatch.Effects). Scripts that stamp times or deadlines use Redis's clock (TIME), never the host's.
 //
-// Ids that an expiry must act on (driver, ride) are in the key names, as the design notes require.
+// Ids that an expiry must act on (driver, ride) are in the key names: a keyspace notification carries
+// only the name of the key that expired, so the name alone must say what to act on.
 package redisstore
 
 import (
