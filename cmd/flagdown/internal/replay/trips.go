@@ -186,11 +186,6 @@ func parseDropoffTime(rec []string, col int, pickup time.Time) (time.Time, error
 	return ts, nil
 }
 
-// SelectWindow returns the trips (sorted by pickup time) whose pickup lies in
-// [first pickup, first pickup + window), where window is simulated (= real) time. It returns a
-// sub-slice of trips, keeping their order. It is SelectWindowAt(trips, 0, window).
-func SelectWindow(trips []Trip, window time.Duration) []Trip { return SelectWindowAt(trips, 0, window) }
-
 // SelectWindowAt returns the trips (sorted by pickup time) whose pickup lies in
 // [first pickup + skip, first pickup + skip + window) (simulated = real time; skip ≥ 0), a
 // sub-slice of trips keeping their order, and the instant the window opens (zero when trips is
