@@ -239,3 +239,24 @@ func StreamMessages(t testing.TB, js jetstream.JetStream, stream string) []jetst
 	}
 	return out
 }
+
+// PollInterval is how long Eventually waits between two calls of its condition (20 ms).
+const PollInterval = 20 * time.Millisecond
+
+// Eventually calls cond every PollInterval until it reports true, and fails the test once within
+// (wall time) has passed without that, with the description cond returned last (what it saw, or
+// what it waits for). Use generous limits: it waits for state, it does not measure speed.
+func Eventually(t testing.TB, within time.Duration, cond func() (ok bool, state string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, state)
+		}
+		time.Sleep(PollInterval)
+	}
+}

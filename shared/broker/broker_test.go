@@ -50,17 +50,6 @@ func runDispatcher(t *testing.T, b *broker.Broker, triggers []broker.Trigger, ma
 	return d
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func newEvent(t *testing.T, id, typ, subject string) event.Event {
 	t.Helper()
 	e, err := cloudevent.New(id, typ, "/flagdown/test", subject, map[string]any{"ride_id": subject, "n": id}, time.Time{})
@@ -155,7 +144,7 @@ func TestPublishDeliversInBinaryMode(t *testing.T) {
 	if err := b.Publish(ctx, newEvent(t, "evt-3", events.RideReopened, "ride-1")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "two deliveries", func() bool { return rec.count() == 2 && idle(t, b, "match") })
+	testkit.Eventually(t, 20*time.Second, func() (bool, string) { return rec.count() == 2 && idle(t, b, "match"), "two deliveries" })
 
 	got := rec.events()
 	if got[0].ID() != "evt-1" || got[1].ID() != "evt-3" {
@@ -210,7 +199,7 @@ func TestDuplicatePublishDeliveredOnce(t *testing.T) {
 	if err := b.Publish(ctx, newEvent(t, "evt-other", events.RideRequested, "ride-1")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "deliveries", func() bool { return rec.count() >= 2 && idle(t, b, "match") })
+	testkit.Eventually(t, 20*time.Second, func() (bool, string) { return rec.count() >= 2 && idle(t, b, "match"), "deliveries" })
 	if n := rec.count(); n != 2 {
 		t.Fatalf("delivered %d events, want 2 (duplicate publish must be dropped)", n)
 	}
@@ -233,7 +222,7 @@ func TestRetriesServerErrorsThenAcks(t *testing.T) {
 	if err := b.Publish(context.Background(), newEvent(t, "evt-r", events.RideRequested, "ride-1")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "acked after retries", func() bool { return d.Stats().Delivered == 1 && idle(t, b, "match") })
+	testkit.Eventually(t, 20*time.Second, func() (bool, string) { return d.Stats().Delivered == 1 && idle(t, b, "match"), "acked after retries" })
 	if n := rec.count(); n != 3 {
 		t.Fatalf("handler saw the event %d times, want 3", n)
 	}
@@ -260,7 +249,7 @@ func TestClientErrorDeadLettersAtOnce(t *testing.T) {
 	if err := b.Publish(context.Background(), e); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "dead-letter", func() bool { return d.Stats().DeadLettered == 1 && idle(t, b, "match.v1") })
+	testkit.Eventually(t, 20*time.Second, func() (bool, string) { return d.Stats().DeadLettered == 1 && idle(t, b, "match.v1"), "dead-letter" })
 	msgs := dlqMessages(t, b)
 	if len(msgs) != 1 {
 		t.Fatalf("DLQ holds %d messages, want 1", len(msgs))
@@ -295,7 +284,7 @@ func TestMaxDeliverExhaustionDeadLetters(t *testing.T) {
 	if err := b.Publish(context.Background(), newEvent(t, "evt-x", events.RideRequested, "ride-1")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "dead-letter", func() bool { return d.Stats().DeadLettered == 1 && idle(t, b, "match") })
+	testkit.Eventually(t, 20*time.Second, func() (bool, string) { return d.Stats().DeadLettered == 1 && idle(t, b, "match"), "dead-letter" })
 	if n := rec.count(); n != 3 {
 		t.Fatalf("handler saw the event %d times, want 3 (MaxDeliver)", n)
 	}
@@ -323,7 +312,7 @@ func TestNetworkErrorRetriesThenDeadLetters(t *testing.T) {
 	if err := b.Publish(context.Background(), newEvent(t, "evt-n", events.RideRequested, "ride-1")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "dead-letter", func() bool { return d.Stats().DeadLettered == 1 && idle(t, b, "gone") })
+	testkit.Eventually(t, 20*time.Second, func() (bool, string) { return d.Stats().DeadLettered == 1 && idle(t, b, "gone"), "dead-letter" })
 	h := dlqMessages(t, b)[0].Header
 	if h.Get(broker.HeaderLastStatus) != "0" || h.Get(broker.HeaderDeliveries) != "2" {
 		t.Fatalf("DLQ headers: %v", h)
@@ -348,7 +337,7 @@ func TestSameSubjectDeliveredInOrder(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, "all deliveries", func() bool { return rec.count() == perRide*rides && idle(t, b, "all") })
+	testkit.Eventually(t, 20*time.Second, func() (bool, string) { return rec.count() == perRide*rides && idle(t, b, "all"), "all deliveries" })
 	next := map[string]int{}
 	for _, e := range rec.events() {
 		var r, i int

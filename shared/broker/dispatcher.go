@@ -88,32 +88,11 @@ type Stats struct {
 // DispatcherOption changes a Dispatcher setting.
 type DispatcherOption func(*Dispatcher)
 
-// WithWorkers sets the number of concurrent deliveries per trigger (default DefaultWorkers). Events
-// with the same CloudEvent subject (ride id) go to the same worker, so a trigger sees them in
-// publication order unless a delivery is retried.
-func WithWorkers(n int) DispatcherOption {
-	return func(d *Dispatcher) {
-		if n > 0 {
-			d.workers = n
-		}
-	}
-}
-
 // WithBackOff sets the redelivery delays after the 1st, 2nd, ... failed attempt (default DefaultBackOff).
 func WithBackOff(delays ...time.Duration) DispatcherOption {
 	return func(d *Dispatcher) {
 		if len(delays) > 0 {
 			d.backoff = append([]time.Duration(nil), delays...)
-		}
-	}
-}
-
-// WithDeliveryTimeout bounds one HTTP delivery attempt (default DefaultDeliveryTimeout); the
-// consumer's AckWait becomes at least three times this.
-func WithDeliveryTimeout(t time.Duration) DispatcherOption {
-	return func(d *Dispatcher) {
-		if t > 0 {
-			d.deliveryTimeout = t
 		}
 	}
 }

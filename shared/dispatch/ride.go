@@ -90,8 +90,8 @@ const (
 
 // Transition returns the status a ride in status from moves to when actor performs action, or a
 // conflict error (ReasonIllegalTransition, details.current_status) naming the current state.
-// It is the one statement of the ride lifecycle (design notes, "Ride lifecycle"); every change of a
-// ride's status goes through it (shared/lifecycle):
+// It is the one statement of the ride lifecycle; every change of a ride's status goes through it
+// (shared/lifecycle):
 //
 //	REQUESTED --offer(system)--> REQUESTED (an offer is pending)
 //	REQUESTED --accept(driver)--> ACCEPTED --start(driver)--> IN_PROGRESS --complete(driver)--> COMPLETED

@@ -210,14 +210,6 @@ func (r *Registry) SetRideRider(ctx context.Context, rideID, riderID string) err
 	return nil
 }
 
-// ClearRideRider forgets the rider of rideID (the ride has ended or lost its driver).
-func (r *Registry) ClearRideRider(ctx context.Context, rideID string) error {
-	if err := r.rdb.Del(ctx, r.riderKey(rideID)).Err(); err != nil {
-		return unavailable(err)
-	}
-	return nil
-}
-
 // RideRider returns the rider recorded for rideID by SetRideRider, "" when none.
 func (r *Registry) RideRider(ctx context.Context, rideID string) (string, error) {
 	v, err := r.rdb.Get(ctx, r.riderKey(rideID)).Result()

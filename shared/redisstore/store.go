@@ -46,7 +46,8 @@
 // The Lua scripts are files under scripts/, embedded (see scriptFiles): each names its KEYS, ARGV
 // and reply in its header; who belongs in the available set is written once, in available.lua.
 //
-// Ids that an expiry must act on (driver, ride) are in the key names, as the design notes require.
+// Ids that an expiry must act on (driver, ride) are in the key names: a keyspace notification carries
+// only the name of the key that expired, so the name alone must say what to act on.
 package redisstore
 
 import (

@@ -1,13 +1,14 @@
-//go:build flagdown_openfaas
+//go:build ignore
 
 // Command handler is the process of one flagdown function image, built by the golang-flagdown
 // template (template/golang-flagdown) for OpenFaaS and Knative alike.
 //
 // In the build context faas-cli lays out, function/ is the whole flagdown module (go.mod, go.sum,
 // shared/, events/, migrations/ copied by stack.yml's configuration.copy) with the function's own
-// files at its root, so the function is the module's root package, imported here as function. This
-// file carries a build constraint so it stays out of the repository's ./... packages; build.sh builds
-// it with -tags flagdown_openfaas.
+// files at its root, so the function is the module's root package, imported here as function. That
+// package exists only in the build context, so this file carries the ignore build constraint: it
+// stays out of the repository's ./... packages, go vet and go mod tidy (which treats every other tag
+// as set). build.sh builds it by naming the file, to which go build applies no build constraints.
 //
 // It plays the part of the OpenFaaS of-watchdog in http mode and the golang-middleware main: it
 // serves function.Handle on :$PORT (default 8080, the port OpenFaaS and Knative call), answers

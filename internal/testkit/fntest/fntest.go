@@ -450,17 +450,11 @@ func (s State) Diff(got State) string {
 	return strings.Join(out, "; ")
 }
 
-// Eventually calls cond every 20 ms until it returns true or timeout passes, then fails the test
-// with msg. Use generous timeouts: it waits for state, it does not measure speed.
+// Eventually waits up to timeout (wall time) for cond to return true, failing the test with msg: it
+// is testkit.Eventually for a condition without a state to report.
 func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", timeout, msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, timeout, func() (bool, string) { return cond(), msg })
 }
 
 // Near reports whether a and b are within tol degrees of each other in both coordinates.

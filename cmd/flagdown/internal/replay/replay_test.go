@@ -120,7 +120,7 @@ func TestLoadDirtySample(t *testing.T) {
 
 func TestSelectWindow(t *testing.T) {
 	tf := loadReal(t)
-	w := SelectWindow(tf.Trips, 20*time.Minute)
+	w := SelectWindowAt(tf.Trips, 0, 20*time.Minute)
 	if len(w) == 0 || len(w) >= len(tf.Trips) {
 		t.Fatalf("window has %d of %d", len(w), len(tf.Trips))
 	}
@@ -134,16 +134,16 @@ func TestSelectWindow(t *testing.T) {
 		t.Fatalf("row %d at %v excluded", next.Row, next.PickupTime)
 	}
 	// README: 1,080 pickups 00:00–00:10 and 2,289 in 00:10–00:20.
-	if got := len(SelectWindow(tf.Trips, 10*time.Minute)); got != 1080 {
+	if got := len(SelectWindowAt(tf.Trips, 0, 10*time.Minute)); got != 1080 {
 		t.Errorf("10 min window %d, want 1080", got)
 	}
 	if len(w) != 1080+2289 {
 		t.Errorf("20 min window %d, want %d", len(w), 1080+2289)
 	}
-	if SelectWindow(nil, time.Minute) != nil || SelectWindow(tf.Trips, 0) != nil {
+	if SelectWindowAt(nil, 0, time.Minute) != nil || SelectWindowAt(tf.Trips, 0, 0) != nil {
 		t.Error("empty cases")
 	}
-	if got := len(SelectWindow(tf.Trips, 24*time.Hour)); got != len(tf.Trips) {
+	if got := len(SelectWindowAt(tf.Trips, 0, 24*time.Hour)); got != len(tf.Trips) {
 		t.Errorf("whole file %d", got)
 	}
 }
@@ -313,7 +313,7 @@ func TestHaversineKnown(t *testing.T) {
 
 func TestSpreadMinuteStaysInItsMinute(t *testing.T) {
 	tf := loadReal(t)
-	w := SelectWindow(tf.Trips, 10*time.Minute)
+	w := SelectWindowAt(tf.Trips, 0, 10*time.Minute)
 	got := SpreadMinute(w, 7)
 	if len(got) != len(w) {
 		t.Fatalf("got %d trips, want %d", len(got), len(w))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"sort"
 	"strconv"
@@ -185,11 +186,6 @@ func parseDropoffTime(rec []string, col int, pickup time.Time) (time.Time, error
 	return ts, nil
 }
 
-// SelectWindow returns the trips (sorted by pickup time) whose pickup lies in
-// [first pickup, first pickup + window), where window is simulated (= real) time. It returns a
-// sub-slice of trips, keeping their order. It is SelectWindowAt(trips, 0, window).
-func SelectWindow(trips []Trip, window time.Duration) []Trip { return SelectWindowAt(trips, 0, window) }
-
 // SelectWindowAt returns the trips (sorted by pickup time) whose pickup lies in
 // [first pickup + skip, first pickup + skip + window) (simulated = real time; skip ≥ 0), a
 // sub-slice of trips keeping their order, and the instant the window opens (zero when trips is
@@ -213,4 +209,20 @@ func WindowStart(trips []Trip, skip time.Duration) time.Time {
 		return time.Time{}
 	}
 	return trips[0].PickupTime.Add(skip)
+}
+
+// SpreadMinute returns a copy of trips in which every pickup time with zero seconds is moved by a
+// seeded uniform offset in [0, 60 s): the source records pickups to the minute, and replaying all
+// of a minute's requests in the same instant would measure the data's rounding, not the platform.
+// The result stays inside each trip's own minute and is sorted by the new pickup time.
+func SpreadMinute(trips []Trip, seed uint64) []Trip {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	out := append([]Trip(nil), trips...)
+	for i := range out {
+		if t := out[i].PickupTime; t.Second() == 0 && t.Nanosecond() == 0 {
+			out[i].PickupTime = t.Add(time.Duration(rng.Float64() * float64(time.Minute)))
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].PickupTime.Before(out[j].PickupTime) })
+	return out
 }

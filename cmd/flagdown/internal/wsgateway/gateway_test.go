@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/flagdown/flagdown/cmd/flagdown/internal/wsgateway"
+	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/shared/push"
 )
 
@@ -247,8 +248,10 @@ func TestGetConnectionJSON(t *testing.T) {
 	if c.ConnectedAt.Before(before) || c.ConnectedAt.After(time.Now()) || c.LastActiveAt.Before(c.ConnectedAt.Truncate(time.Millisecond)) {
 		t.Errorf("connection %+v: times out of order", c)
 	}
-	// A message either way moves lastActiveAt.
-	time.Sleep(5 * time.Millisecond)
+	// A message either way moves lastActiveAt: send it once the clock (ms) has passed the last one.
+	testkit.Eventually(t, wait, func() (bool, string) {
+		return time.Now().Truncate(time.Millisecond).After(c.LastActiveAt), "the clock passes lastActiveAt"
+	})
 	if err := ws.Write(context.Background(), websocket.MessageText, []byte(`{"action":"sync"}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +380,8 @@ func TestIdleSocketIsReaped(t *testing.T) {
 	e := newEnv(t, func(o *wsgateway.Options) { o.IdleTimeout = idle })
 	ws, id := e.dial()
 	reads := readAll(ws)
-	// A message restarts the idle clock: the reap comes at least IdleTimeout after it.
+	// A message restarts the idle clock: the reap comes at least IdleTimeout after it. It is sent
+	// 50 ms after the dial (part of the test: a reap timed from the dial would come that much early).
 	time.Sleep(50 * time.Millisecond)
 	sent := time.Now()
 	if err := ws.Write(context.Background(), websocket.MessageText, []byte(`{"action":"sync"}`)); err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/flagdown/flagdown/cmd/flagdown/internal/wsgateway"
+	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/push"
 )
@@ -210,13 +211,9 @@ func (e *env) checkInternal(c call) {
 // waitFor polls cond until it holds, failing after wait.
 func (e *env) waitFor(what string, cond func() bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%s: not within %s (stats %+v)", what, wait, e.gw.Stats())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(e.t, wait, func() (bool, string) {
+		return cond(), fmt.Sprintf("%s (stats %+v)", what, e.gw.Stats())
+	})
 }
 
 // signedRequest is a management request signed with key id and secret at signingTime.
