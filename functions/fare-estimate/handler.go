@@ -60,12 +60,14 @@ type Response struct {
 	SurgeMultiplier float64 `json:"surge_multiplier"`
 	// SurgeComputed is the pickup cell's multiplier (what mode on charges); left out when surge is off.
 	SurgeComputed *float64 `json:"surge_computed,omitempty"`
-	// EstWaitS is the predicted pickup wait, seconds: WaitMatchS + WaitDriveS, rounded. The three
-	// are left out when no available driver is within the largest match radius.
+	// EstWaitS is the predicted pickup wait, seconds: WaitMatchS + WaitDriveS. The three are in
+	// whole steps of dispatch.RiderWaitStepS (the rider view, dispatch.RiderWait) and are left out
+	// when no available driver is within the largest match radius.
 	EstWaitS *float64 `json:"est_wait_s,omitempty"`
 	// WaitMatchS is the recent time from request to accept, seconds.
 	WaitMatchS *float64 `json:"wait_match_s,omitempty"`
-	// WaitDriveS is the nearest available driver's drive to the pickup, seconds.
+	// WaitDriveS is the drive to the pickup from the nearest centre of an available driver's cell
+	// (dispatch.RiderCell), seconds.
 	WaitDriveS *float64 `json:"wait_drive_s,omitempty"`
 }
 
