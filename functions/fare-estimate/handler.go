@@ -7,7 +7,9 @@
 // order-create naming it charges exactly this fare and multiplier. Nothing but the quote is written
 // (and the cell's multiplier when its update is due).
 //
-// Callers need a rider token (auth.Require); the quote is his and only he can charge it.
+// Callers need a rider token (auth.Require); the quote is his and only he can charge it. Each call
+// spends one unit of the rider's and of his client IP's FLAGDOWN_RATE_ESTIMATES_PER_MIN /
+// FLAGDOWN_RATE_PER_IP_PER_MIN budgets (429 with Retry-After past them).
 package function
 
 import (
@@ -22,6 +24,7 @@ import (
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
+	"github.com/flagdown/flagdown/shared/ratelimit"
 )
 
 // Function serves fare estimates.
@@ -82,6 +85,11 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		pickup, dropoff, err := f.parse(r.URL.Query())
 		if err != nil {
+			return 0, nil, err
+		}
+		// Each estimate stores a quote: budgeted per rider and per client IP.
+		if err := f.d.Limiter().AllowCaller(r.Context(), ratelimit.Estimates, who.Subject, "rider_id",
+			httpx.ClientIP(r, f.d.Config.TrustedProxyHops)); err != nil {
 			return 0, nil, err
 		}
 		p := f.d.Pricing()

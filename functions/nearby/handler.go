@@ -10,6 +10,8 @@
 // centre, and radius_m rounded up to dispatch.RiderRadiusM and applied to that distance. His answer
 // is a function of the cells alone, so no sequence of queries (bisecting radius_m from several
 // points included) follows one driver or locates him closer than his cell (docs/security.md).
+// Each call spends one unit of the caller's and of his client IP's FLAGDOWN_RATE_NEARBY_PER_MIN /
+// FLAGDOWN_RATE_PER_IP_PER_MIN budgets (429 with Retry-After past them).
 package function
 
 import (
@@ -24,6 +26,7 @@ import (
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
+	"github.com/flagdown/flagdown/shared/ratelimit"
 )
 
 // DefaultRadiusM is the search radius in metres when radius_m is omitted.
@@ -73,6 +76,10 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		p, radius, err := f.parse(r.URL.Query())
 		if err != nil {
+			return 0, nil, err
+		}
+		if err := f.d.Limiter().AllowCaller(r.Context(), ratelimit.NearbyQueries, who.Subject, "sub",
+			httpx.ClientIP(r, f.d.Config.TrustedProxyHops)); err != nil {
 			return 0, nil, err
 		}
 		rider := who.Role != auth.RoleOps
