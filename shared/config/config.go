@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/url"
 	"reflect"
 	"regexp"
@@ -198,6 +199,9 @@ type Config struct {
 	JWTAudience string `env:"FLAGDOWN_JWT_AUDIENCE" envDefault:"flagdown"`
 	// JWTLeeway is the clock skew allowed when checking a token's exp, nbf and iat (0..MaxJWTLeeway).
 	JWTLeeway time.Duration `env:"FLAGDOWN_JWT_LEEWAY" envDefault:"30s"`
+	// JWTMaxLifetime is the longest a client token may be valid (exp − iat); a token without iat or
+	// living longer is refused (shared/auth). 0 disables the check.
+	JWTMaxLifetime time.Duration `env:"FLAGDOWN_JWT_MAX_LIFETIME" envDefault:"24h"`
 
 	// RateRidesPerMin is how many ride requests (order-create calls) one rider may make per minute,
 	// with a burst of as many (shared/ratelimit); 0 disables the limit.
@@ -449,8 +453,12 @@ func (c *Config) Validate() error {
 	if c.JWTSecret != "" && len(c.JWTSecret) < MinJWTSecretBytes {
 		return fmt.Errorf("config: FLAGDOWN_JWT_SECRET must be at least %d bytes", MinJWTSecretBytes)
 	}
-	if c.JWKSURL != "" && !strings.HasPrefix(c.JWKSURL, "https://") && !strings.HasPrefix(c.JWKSURL, "http://") {
-		return fmt.Errorf("config: FLAGDOWN_JWKS_URL must be an http(s) URL")
+	if c.JWKSURL != "" && !jwksURLOK(c.JWKSURL) {
+		return fmt.Errorf("config: FLAGDOWN_JWKS_URL must be an https:// URL (http:// only to a loopback address, for tests): " +
+			"the key set decides which tokens are accepted, so it must not travel in plain text")
+	}
+	if c.JWTMaxLifetime < 0 {
+		return fmt.Errorf("config: FLAGDOWN_JWT_MAX_LIFETIME must be >= 0 (0 disables)")
 	}
 	if c.JWTIssuer == "" || c.JWTAudience == "" {
 		return fmt.Errorf("config: FLAGDOWN_JWT_ISSUER and FLAGDOWN_JWT_AUDIENCE must not be empty")
@@ -468,6 +476,27 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: FLAGDOWN_DRIVER_STATE_TTL (%s) must be longer than FLAGDOWN_HEARTBEAT_TTL (%s)", c.DriverStateTTL, c.HeartbeatTTL)
 	}
 	return nil
+}
+
+// jwksURLOK reports whether u is an https URL with a host, or an http URL to a loopback address
+// (127.0.0.0/8, ::1, localhost).
+func jwksURLOK(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil || p.Host == "" {
+		return false
+	}
+	switch p.Scheme {
+	case "https":
+		return true
+	case "http":
+		h := p.Hostname()
+		if h == "localhost" {
+			return true
+		}
+		ip := net.ParseIP(h)
+		return ip != nil && ip.IsLoopback()
+	}
+	return false
 }
 
 // snsAppARNRe is an SNS platform application ARN: partition, region, 12-digit account, platform,
