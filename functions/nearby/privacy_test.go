@@ -162,7 +162,7 @@ func TestRiderCannotLocateADriver(t *testing.T) {
 		perDriver = n
 	}
 	env := fntest.NewEnv(t, func(c *config.Config) {
-		c.RateRidesPerMin, c.RatePingsPerMin = 0, 0
+		c.RateRidesPerMin, c.RatePingsPerMin, c.RateEstimatesPerMin, c.RateNearbyPerMin, c.RatePerIPPerMin = 0, 0, 0, 0, 0 // every limit off
 		c.SearchRadiiM = []float64{250, 500, 1000, 2000} // the wait's nearest driver: within 2 km
 	})
 	a := &attack{t: t, env: env, fare: fareestimate.New(env.D), rider: env.As(auth.RoleRider, "r-attacker"),
