@@ -163,7 +163,7 @@ func TestRiderCannotLocateADriver(t *testing.T) {
 	}
 	env := fntest.NewEnv(t, func(c *config.Config) {
 		c.RateRidesPerMin, c.RatePingsPerMin, c.RateEstimatesPerMin, c.RateNearbyPerMin, c.RatePerIPPerMin = 0, 0, 0, 0, 0 // every limit off
-		c.SearchRadiiM = []float64{250, 500, 1000, 2000} // the wait's nearest driver: within 2 km
+		c.SearchRadiiM = []float64{250, 500, 1000, 2000}                                                                   // the wait's nearest driver: within 2 km
 	})
 	a := &attack{t: t, env: env, fare: fareestimate.New(env.D), rider: env.As(auth.RoleRider, "r-attacker"),
 		cfg: env.D.Config, rng: rand.New(rand.NewPCG(19, 2)), movers: map[string]*mover{}}
