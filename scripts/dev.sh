@@ -97,13 +97,15 @@ while :; do
 done
 
 mkdir -p .local
-{
+# It holds the token secret: readable by its owner only (0600), from its creation on.
+rm -f "$DEV_ENV"
+(umask 077 && {
 	echo "# written by make dev (scripts/dev.sh) for this run; removed when it stops"
 	echo "export GW=$(squote "$GW")"
 	[ -z "${FLAGDOWN_JWT_SECRET:-}" ] || echo "export FLAGDOWN_JWT_SECRET=$(squote "$FLAGDOWN_JWT_SECRET")"
 	echo "export DATABASE_URL=$(squote "$DATABASE_URL")"
 	echo "export REDIS_URL=$(squote "$REDIS_URL")"
-} >"$DEV_ENV"
+} >"$DEV_ENV")
 
 cat >&2 <<EOF
 

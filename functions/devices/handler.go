@@ -10,13 +10,17 @@
 package function
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
+	"github.com/flagdown/flagdown/shared/pgstore"
 	"github.com/flagdown/flagdown/shared/push"
+	"github.com/flagdown/flagdown/shared/ratelimit"
 )
 
 // MaxBodyBytes is the largest request body read: an FCM token of push.MaxFCMTokenBytes and room.
@@ -39,6 +43,32 @@ var lazy = app.NewLazy(func(d *app.Deps) http.Handler { return New(d) })
 
 // Handle is the OpenFaaS golang-middleware entry point.
 func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }
+
+// budget refuses a registration of token by who past his FLAGDOWN_RATE_DEVICES_PER_MIN or his
+// client IP's FLAGDOWN_RATE_PER_IP_PER_MIN (429), or of one more device than
+// FLAGDOWN_MAX_DEVICES_PER_USER (409 too_many_devices; re-registering one of his devices is fine):
+// every push fans out to all of a user's devices.
+func (f *Function) budget(r *http.Request, who auth.Identity, token string) error {
+	ctx := r.Context()
+	if err := f.d.Limiter().AllowCaller(ctx, ratelimit.Devices, string(who.Role)+":"+who.Subject, "sub",
+		httpx.ClientIP(r, f.d.Config.TrustedProxyHops)); err != nil {
+		return err
+	}
+	devs, err := pgstore.EnabledDevices(ctx, f.d.DB.Pool, string(who.Role), who.Subject)
+	if err != nil {
+		return err
+	}
+	for _, d := range devs {
+		if d.Token == strings.TrimSpace(token) {
+			return nil
+		}
+	}
+	if max := f.d.Config.MaxDevicesPerUser; len(devs) >= max {
+		return dispatch.Conflict(dispatch.ReasonTooManyDevices,
+			fmt.Sprintf("at most %d devices per user (FLAGDOWN_MAX_DEVICES_PER_USER): remove one first", max)).With("max_devices", max)
+	}
+	return nil
+}
 
 // ServeHTTP handles PUT and DELETE /function/devices, behind auth.Require.
 func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.h.ServeHTTP(w, r) }
@@ -75,6 +105,9 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		httpx.Serve(w, r, f.d.Log, http.MethodPut, func() (int, any, error) {
 			var req RegisterRequest
 			if err := httpx.DecodeJSON(w, r, MaxBodyBytes, &req); err != nil {
+				return 0, nil, err
+			}
+			if err := f.budget(r, id, req.Token); err != nil {
 				return 0, nil, err
 			}
 			dev, err := f.d.SNS().RegisterDevice(r.Context(), id.Role, id.Subject, push.Platform(req.Platform), req.Token)

@@ -7,7 +7,9 @@
 // order-create naming it charges exactly this fare and multiplier. Nothing but the quote is written
 // (and the cell's multiplier when its update is due).
 //
-// Callers need a rider token (auth.Require); the quote is his and only he can charge it.
+// Callers need a rider token (auth.Require); the quote is his and only he can charge it. Each call
+// spends one unit of the rider's and of his client IP's FLAGDOWN_RATE_ESTIMATES_PER_MIN /
+// FLAGDOWN_RATE_PER_IP_PER_MIN budgets (429 with Retry-After past them).
 package function
 
 import (
@@ -22,6 +24,7 @@ import (
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/httpx"
+	"github.com/flagdown/flagdown/shared/ratelimit"
 )
 
 // Function serves fare estimates.
@@ -60,12 +63,14 @@ type Response struct {
 	SurgeMultiplier float64 `json:"surge_multiplier"`
 	// SurgeComputed is the pickup cell's multiplier (what mode on charges); left out when surge is off.
 	SurgeComputed *float64 `json:"surge_computed,omitempty"`
-	// EstWaitS is the predicted pickup wait, seconds: WaitMatchS + WaitDriveS, rounded. The three
-	// are left out when no available driver is within the largest match radius.
+	// EstWaitS is the predicted pickup wait, seconds: WaitMatchS + WaitDriveS. The three are in
+	// whole steps of dispatch.RiderWaitStepS (the rider view, dispatch.RiderWait) and are left out
+	// when no available driver is within the largest match radius.
 	EstWaitS *float64 `json:"est_wait_s,omitempty"`
 	// WaitMatchS is the recent time from request to accept, seconds.
 	WaitMatchS *float64 `json:"wait_match_s,omitempty"`
-	// WaitDriveS is the nearest available driver's drive to the pickup, seconds.
+	// WaitDriveS is the drive to the pickup from the nearest centre of an available driver's cell
+	// (dispatch.RiderCell), seconds.
 	WaitDriveS *float64 `json:"wait_drive_s,omitempty"`
 }
 
@@ -80,6 +85,11 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		pickup, dropoff, err := f.parse(r.URL.Query())
 		if err != nil {
+			return 0, nil, err
+		}
+		// Each estimate stores a quote: budgeted per rider and per client IP.
+		if err := f.d.Limiter().AllowCaller(r.Context(), ratelimit.Estimates, who.Subject, "rider_id",
+			httpx.ClientIP(r, f.d.Config.TrustedProxyHops)); err != nil {
 			return 0, nil, err
 		}
 		p := f.d.Pricing()

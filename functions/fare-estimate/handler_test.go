@@ -106,6 +106,12 @@ func hotCell(t *testing.T, env *fntest.Env) {
 	}
 }
 
+// driveS is the drive a rider is quoted (the rider view, dispatch.RiderWait) from pickup to a
+// driver at p, seconds, with the default road factor (1.3) and speed (7 m/s).
+func driveS(p dispatch.Point) float64 {
+	return dispatch.RoundWaitS(dispatch.RiderDistanceM(pickup, p) * 1.3 / 7)
+}
+
 func estimate(t *testing.T, env *fntest.Env, rider string) fntest.JSON {
 	t.Helper()
 	status, body := fntest.Do(t, fareestimate.New(env.D.Deps), http.MethodGet, query(pt(pickup), pt(dropoff)), nil, env.As(auth.RoleRider, rider))
@@ -148,9 +154,11 @@ func TestSurgeQuoteIsRecordedOnTheRide(t *testing.T) {
 	if f := num(t, q, "fare_estimate_cents"); f != wantFare {
 		t.Fatalf("fare %v, want %v (base %d × 1.25)", f, wantFare, baseFare)
 	}
-	// Driver 200 m away: 200 × 1.3 / 7 = 37 s of drive; no accept yet, so no match delay.
-	if w := num(t, q, "est_wait_s"); math.Abs(w-37) > 1 || num(t, q, "wait_match_s") != 0 {
-		t.Fatalf("wait %v, want about 37 s: %v", w, q)
+	// Driver 200 m away: the distance to his cell's centre × 1.3 / 7 s of drive, in the rider
+	// view's steps; no accept yet, so no match delay.
+	wantWait := driveS(fntest.Offset(pickup, 200, 0))
+	if w := num(t, q, "est_wait_s"); w != wantWait || num(t, q, "wait_match_s") != 0 {
+		t.Fatalf("wait %v, want %v s: %v", w, wantWait, q)
 	}
 	if again := estimate(t, env, "r-2"); num(t, again, "surge_multiplier") != 1.25 {
 		t.Fatalf("second estimate within the update interval stepped again: %v", again)
@@ -168,12 +176,12 @@ func TestSurgeQuoteIsRecordedOnTheRide(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ride.SurgeMultiplier != 1.25 || ride.SurgeComputed == nil || *ride.SurgeComputed != 1.25 ||
-		float64(ride.FareEstimateCents) != wantFare || ride.QuotedWaitS == nil || math.Abs(*ride.QuotedWaitS-37) > 1 {
+		float64(ride.FareEstimateCents) != wantFare || ride.QuotedWaitS == nil || *ride.QuotedWaitS != wantWait {
 		t.Fatalf("ride in PostgreSQL: multiplier %v computed %v fare %d wait %v", ride.SurgeMultiplier, ride.SurgeComputed, ride.FareEstimateCents, ride.QuotedWaitS)
 	}
 	status, view := fntest.Do(t, env.Ride, http.MethodGet, "/"+rideID, nil, env.As(auth.RoleRider, "r-1"))
-	if status != http.StatusOK || num(t, view, "surge_multiplier") != 1.25 || math.Abs(num(t, view, "est_wait_s")-37) > 1 ||
-		math.Abs(num(t, view, "quoted_wait_s")-37) > 1 {
+	if status != http.StatusOK || num(t, view, "surge_multiplier") != 1.25 || num(t, view, "est_wait_s") != wantWait ||
+		num(t, view, "quoted_wait_s") != wantWait {
 		t.Fatalf("GET ride: %d %v", status, view)
 	}
 	// The ride counted in the cell's demand.
@@ -321,10 +329,10 @@ func TestAcceptFeedsTheWaitEstimate(t *testing.T) {
 	if err != nil || d < 40 || d > 70 {
 		t.Fatalf("match delay %v (%v), want the ride's 40 s and a little", d, err)
 	}
-	env.Ping(t, "d-2", fntest.Offset(pickup, 700, 0)) // 700 × 1.3 / 7 = 130 s away
+	env.Ping(t, "d-2", fntest.Offset(pickup, 700, 0)) // about 700 × 1.3 / 7 = 130 s away
 	q := estimate(t, env, "r-2")
-	if num(t, q, "wait_match_s") != math.Round(d*10)/10 || math.Abs(num(t, q, "wait_drive_s")-130) > 1 ||
-		math.Abs(num(t, q, "est_wait_s")-(d+130)) > 1.5 {
+	drive, match := driveS(fntest.Offset(pickup, 700, 0)), dispatch.RoundWaitS(d)
+	if num(t, q, "wait_match_s") != match || num(t, q, "wait_drive_s") != drive || num(t, q, "est_wait_s") != match+drive {
 		t.Fatalf("wait after the accept: %v (match delay %v)", q, d)
 	}
 }

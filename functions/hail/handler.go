@@ -129,6 +129,11 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		if err := f.d.Limiter().Allow(r.Context(), kind, p.ID, field, 1); err != nil {
 			return 0, nil, err
 		}
+		// And one press of his and his client IP's hail budgets (FLAGDOWN_RATE_HAILS_PER_MIN,
+		// FLAGDOWN_RATE_PER_IP_PER_MIN): a press is a search for a counterpart.
+		if err := f.d.Limiter().AllowCaller(r.Context(), ratelimit.Hails, p.ID, field, httpx.ClientIP(r, f.d.Config.TrustedProxyHops)); err != nil {
+			return 0, nil, err
+		}
 		res, err := f.lc.Hail(r.Context(), p)
 		observe(p.Side, res, err)
 		if err != nil {

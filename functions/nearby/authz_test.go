@@ -4,20 +4,19 @@ import (
 	"net/http"
 	"testing"
 
-	nearby "github.com/flagdown/flagdown/functions/nearby"
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
 )
 
-// TestNearbyAccess: riders get no driver ids and positions snapped to the centre of their ~150 m
+// TestNearbyAccess: riders get no driver ids and positions snapped to the centre of their ~300 m (dispatch.RiderCellM)
 // cell (two drivers 20 m apart in one cell are indistinguishable, and a driver moving 20 m inside
 // it does not move on the map); ops get ids and exact positions; drivers and callers without a
 // token get 403 and 401.
 func TestNearbyAccess(t *testing.T) {
 	t.Parallel()
 	env := fntest.NewEnv(t, nil)
-	cell := nearby.Coarse(dispatch.Point{Lat: 40.7128, Lng: -74.0060})
+	cell := dispatch.RiderCell(dispatch.Point{Lat: 40.7128, Lng: -74.0060})
 	a, b := fntest.Offset(cell, -10, 0), fntest.Offset(cell, 10, 0)
 	env.Ping(t, "d-a", a)
 	env.Ping(t, "d-b", b)
@@ -40,7 +39,7 @@ func TestNearbyAccess(t *testing.T) {
 			t.Errorf("rider sees %v,%v, want the cell centre %v", m["lat"], m["lng"], cell)
 		}
 	}
-	if got := nearby.Coarse(fntest.Offset(cell, 0, 200)); got == cell {
+	if got := dispatch.RiderCell(fntest.Offset(cell, 0, 200)); got == cell {
 		t.Errorf("a point 200 m east is in the same cell %v", got)
 	}
 

@@ -5,9 +5,13 @@
 // FLAGDOWN_NEARBY_MAX_RADIUS_M).
 //
 // Callers (auth.Require): ops see the exact view (driver ids, exact positions and distances). A
-// rider sees no driver ids, and each position is the centre of the grid cell of about GridM ×
-// GridM metres (see Coarse) the driver is in, with the distance to that centre, so repeated queries
-// cannot follow one driver or locate him closer than his cell.
+// rider sees the rider view (dispatch.RiderCell): no driver ids, each position the centre of the
+// grid cell of about dispatch.RiderCellM × RiderCellM metres the driver is in, the distance to that
+// centre, and radius_m rounded up to dispatch.RiderRadiusM and applied to that distance. His answer
+// is a function of the cells alone, so no sequence of queries (bisecting radius_m from several
+// points included) follows one driver or locates him closer than his cell (docs/security.md).
+// Each call spends one unit of the caller's and of his client IP's FLAGDOWN_RATE_NEARBY_PER_MIN /
+// FLAGDOWN_RATE_PER_IP_PER_MIN budgets (429 with Retry-After past them).
 package function
 
 import (
@@ -22,25 +26,11 @@ import (
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/httpx"
+	"github.com/flagdown/flagdown/shared/ratelimit"
 )
 
 // DefaultRadiusM is the search radius in metres when radius_m is omitted.
 const DefaultRadiusM = 1000
-
-// GridM is the side, in metres, of the grid cells rider answers are rounded to.
-const GridM = 150
-
-// Coarse returns the centre of the cell of a grid of about GridM metres the point p lies in:
-// latitude in steps of GridM metres of meridian, longitude in steps of GridM metres along the
-// parallel of the cell's latitude band (so a cell stays about GridM wide away from the equator).
-func Coarse(p dispatch.Point) dispatch.Point {
-	const mPerDeg = dispatch.EarthRadiusM * math.Pi / 180
-	latStep := GridM / mPerDeg
-	lat := (math.Floor(p.Lat/latStep) + 0.5) * latStep
-	lngStep := GridM / (mPerDeg * math.Cos(lat*math.Pi/180))
-	lng := (math.Floor(p.Lng/lngStep) + 0.5) * lngStep
-	return dispatch.Point{Lat: math.Round(lat*1e6) / 1e6, Lng: math.Round(lng*1e6) / 1e6}
-}
 
 // Function serves nearby queries.
 type Function struct {
@@ -88,7 +78,19 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		hits, err := f.d.Redis.Nearby(r.Context(), p, radius, f.d.Config.NearbyMaxCount)
+		if err := f.d.Limiter().AllowCaller(r.Context(), ratelimit.NearbyQueries, who.Subject, "sub",
+			httpx.ClientIP(r, f.d.Config.TrustedProxyHops)); err != nil {
+			return 0, nil, err
+		}
+		rider := who.Role != auth.RoleOps
+		search := radius
+		if rider {
+			// Every driver whose cell centre is within the rounded radius: the filter is applied to
+			// the cell centre below, never to the exact position.
+			radius = dispatch.RiderRadiusM(radius)
+			search = radius + dispatch.RiderCellHalfDiagonalM
+		}
+		hits, err := f.d.Redis.Nearby(r.Context(), p, search, f.d.Config.NearbyMaxCount)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -107,14 +109,16 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 			if info := infos[i]; !info.Alive || info.Status != dispatch.DriverAvailable || info.RideID != "" {
 				continue
 			}
-			if who.Role != auth.RoleOps {
-				c := Coarse(h.Position)
-				out.Drivers = append(out.Drivers, Driver{DistanceM: math.Round(dispatch.DistanceM(p, c)), Lat: c.Lat, Lng: c.Lng})
+			if rider {
+				c, d := dispatch.RiderCell(h.Position), dispatch.RiderDistanceM(p, h.Position)
+				if d <= radius {
+					out.Drivers = append(out.Drivers, Driver{DistanceM: d, Lat: c.Lat, Lng: c.Lng})
+				}
 				continue
 			}
 			out.Drivers = append(out.Drivers, Driver{DriverID: h.DriverID, DistanceM: math.Round(h.DistanceM*10) / 10, Lat: h.Position.Lat, Lng: h.Position.Lng})
 		}
-		if who.Role != auth.RoleOps {
+		if rider {
 			// Nearest cell first; the exact order inside a cell would say more than the cell.
 			sort.Slice(out.Drivers, func(i, j int) bool {
 				a, b := out.Drivers[i], out.Drivers[j]

@@ -49,6 +49,7 @@ import (
 	"github.com/flagdown/flagdown/shared/httpx"
 	"github.com/flagdown/flagdown/shared/pgstore"
 	"github.com/flagdown/flagdown/shared/push"
+	"github.com/flagdown/flagdown/shared/ratelimit"
 )
 
 // Consumer is this function's name in processed_events.
@@ -139,7 +140,9 @@ type ConnectAnswer struct {
 }
 
 // connect verifies the client's token and registers the connection under its role and subject.
-// A connection evicted for being one too many of that user is closed.
+// A connection evicted for being one too many of that user is closed. Each connect spends one unit
+// of the user's and of his client IP's FLAGDOWN_RATE_CONNECTS_PER_MIN / FLAGDOWN_RATE_PER_IP_PER_MIN
+// budgets (429 with Retry-After past them: the gateway refuses the socket).
 func (f *Function) connect(_ http.ResponseWriter, r *http.Request, connID string) (any, error) {
 	if f.d.Auth == nil {
 		return nil, dispatch.Unavailable("auth", fmt.Errorf("no token verifier configured"))
@@ -157,6 +160,11 @@ func (f *Function) connect(_ http.ResponseWriter, r *http.Request, connID string
 		return nil, err
 	}
 	u := push.User{Role: id.Role, ID: id.Subject}
+	// Connects are budgeted per user and per client IP (the gateway passes it in X-Forwarded-For).
+	if err := f.d.Limiter().AllowCaller(r.Context(), ratelimit.Connects, u.String(), "sub",
+		httpx.ClientIP(r, f.d.Config.TrustedProxyHops)); err != nil {
+		return nil, err
+	}
 	evicted, err := f.p.Registry.Register(r.Context(), u, connID)
 	if err != nil {
 		return nil, err

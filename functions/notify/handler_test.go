@@ -3,6 +3,7 @@ package function_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -201,5 +202,82 @@ func TestHailedAcceptTellsTheDriver(t *testing.T) {
 	}})
 	if st != http.StatusOK || body["outcome"] != notify.OutcomePushed || driverPosts() != 1 {
 		t.Errorf("hailed ride.accepted: %d %v, %d posts to the driver, want 200 pushed and 1", st, body, driverPosts())
+	}
+}
+
+// TestConnectsAreBudgeted: a user's WebSocket connects past FLAGDOWN_RATE_CONNECTS_PER_MIN are
+// refused 429 and register nothing; with the gateway trusted, connects of many users from one client
+// IP share FLAGDOWN_RATE_PER_IP_PER_MIN.
+func TestConnectsAreBudgeted(t *testing.T) {
+	e := fntest.NewEnv(t, func(c *config.Config) {
+		c.RateConnectsPerMin, c.RatePerIPPerMin, c.TrustedProxyHops = 2, 3, 1
+	})
+	fn := notify.New(e.D)
+	connect := func(rider, connID, ip string) (int, fntest.JSON) {
+		in := fntest.InternalHeaders()
+		in[notify.HeaderConnectionID] = connID
+		in[notify.HeaderClientToken] = "Bearer " + e.Token(auth.RoleRider, rider)
+		in["X-Forwarded-For"] = ip
+		return fntest.Do(t, fn, http.MethodPost, "/connect", nil, in)
+	}
+	for i, id := range []string{"AAAAAAAAAAAAAAA=", "BBBBBBBBBBBBBBB="} {
+		if st, body := connect("r1", id, "198.51.100.1"); st != http.StatusOK {
+			t.Fatalf("connect %d: %d %v", i+1, st, body)
+		}
+	}
+	if st, body := connect("r1", "CCCCCCCCCCCCCCC=", "198.51.100.1"); st != http.StatusTooManyRequests || fntest.ErrorOf(t, body).Field != "sub" {
+		t.Fatalf("third connect of r1: %d %v, want 429 naming sub", st, body)
+	}
+	if ids, _ := e.D.Push().Registry.Connections(context.Background(), push.User{Role: auth.RoleRider, ID: "r1"}); len(ids) != 2 {
+		t.Errorf("r1 holds %d connections, want the 2 allowed", len(ids))
+	}
+	for i := range 4 {
+		st, body := connect(fmt.Sprintf("r-ip-%d", i), fmt.Sprintf("DDDDDDDDDDDDDD%d=", i), "203.0.113.7")
+		if i < 3 && st != http.StatusOK {
+			t.Fatalf("connect %d from one IP: %d %v", i+1, st, body)
+		}
+		if i == 3 && (st != http.StatusTooManyRequests || fntest.ErrorOf(t, body).Field != "client_ip") {
+			t.Fatalf("fourth connect from one IP: %d %v, want 429 naming client_ip", st, body)
+		}
+	}
+}
+
+// TestDevicesPerUserAreCapped: a user may register FLAGDOWN_MAX_DEVICES_PER_USER devices; one more
+// is 409 too_many_devices and creates no endpoint, re-registering one of his is fine, and
+// registrations past FLAGDOWN_RATE_DEVICES_PER_MIN are 429.
+func TestDevicesPerUserAreCapped(t *testing.T) {
+	srv := snstest.New(t)
+	e := fntest.NewEnv(t, func(c *config.Config) {
+		c.SNSAppARNFCM, c.SNSEndpoint = snstest.AppARN("GCM", "flagdown"), srv.URL
+		c.MaxDevicesPerUser, c.RateDevicesPerMin = 2, 5
+	})
+	s, err := push.NewSNS(context.Background(), e.D.Config, e.D.DB, snstest.ConfigOptions()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.D.PushSNS = s
+	dev := devices.New(e.D)
+	put := func(token string) (int, fntest.JSON) {
+		return fntest.Do(t, dev, http.MethodPut, "/", map[string]string{"platform": "fcm", "token": token}, e.As(auth.RoleRider, "r1"))
+	}
+	for _, tok := range []string{"fcm-token-1", "fcm-token-2"} {
+		if st, body := put(tok); st != http.StatusOK {
+			t.Fatalf("register %s: %d %v", tok, st, body)
+		}
+	}
+	if st, body := put("fcm-token-3"); st != http.StatusConflict || fntest.ErrorOf(t, body).Reason != dispatch.ReasonTooManyDevices {
+		t.Fatalf("a third device: %d %v, want 409 too_many_devices", st, body)
+	}
+	if n := len(srv.RequestsOf("CreatePlatformEndpoint")); n != 2 {
+		t.Errorf("%d endpoints created, want 2 (none for the refused device)", n)
+	}
+	if st, body := put("fcm-token-1"); st != http.StatusOK {
+		t.Fatalf("re-register a device of his: %d %v", st, body)
+	}
+	if st, body := put("fcm-token-2"); st != http.StatusOK {
+		t.Fatalf("re-register a device of his: %d %v", st, body)
+	}
+	if st, body := put("fcm-token-2"); st != http.StatusTooManyRequests {
+		t.Fatalf("sixth registration in a minute: %d %v, want 429", st, body)
 	}
 }

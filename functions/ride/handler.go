@@ -96,7 +96,8 @@ type View struct {
 	QuotedWaitS *float64 `json:"quoted_wait_s,omitempty"`
 	// EstWaitS is, while the ride is REQUESTED, the pickup wait predicted now (pricing.Service.Wait:
 	// the recent match delay less the time already waited, plus the nearest available driver's
-	// drive), seconds; left out otherwise or when no driver is near.
+	// drive, in the rider view: from his cell's centre, in steps of dispatch.RiderWaitStepS), seconds;
+	// left out otherwise or when no driver is near.
 	EstWaitS *float64 `json:"est_wait_s,omitempty"`
 	// DriverPosition is the driver's live position while the ride is ACCEPTED or IN_PROGRESS.
 	DriverPosition *redisstore.RidePosition `json:"driver_position,omitempty"`

@@ -77,6 +77,9 @@ type Options struct {
 	Issuer, Audience string
 	// Leeway is the clock skew allowed on exp, nbf and iat.
 	Leeway time.Duration
+	// MaxLifetime, when > 0, is the longest a token may be valid: one without iat, or whose exp is
+	// more than MaxLifetime after its iat, is refused (a stolen long-lived token stays useful).
+	MaxLifetime time.Duration
 	// HTTPClient fetches the JWKS (nil: a client with a 10 s timeout).
 	HTTPClient *http.Client
 	// UnknownKIDRefresh is the least time between JWKS fetches for unknown kids (0:
@@ -89,6 +92,8 @@ type Verifier struct {
 	parser  *jwt.Parser
 	keyfunc jwt.Keyfunc
 	stop    context.CancelFunc
+	// maxLifetime is Options.MaxLifetime.
+	maxLifetime time.Duration
 }
 
 // FromConfig returns the Verifier cfg describes (FLAGDOWN_JWT_SECRET or FLAGDOWN_JWKS_URL, issuer,
@@ -100,7 +105,7 @@ func FromConfig(cfg *config.Config) (*Verifier, error) {
 	}
 	return New(Options{
 		Secret: []byte(cfg.JWTSecret), JWKSURL: cfg.JWKSURL,
-		Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, Leeway: cfg.JWTLeeway,
+		Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, Leeway: cfg.JWTLeeway, MaxLifetime: cfg.JWTMaxLifetime,
 	})
 }
 
@@ -113,7 +118,7 @@ func New(o Options) (*Verifier, error) {
 	if o.Issuer == "" || o.Audience == "" {
 		return nil, errors.New("auth: issuer and audience are required")
 	}
-	v := &Verifier{stop: func() {}}
+	v := &Verifier{stop: func() {}, maxLifetime: o.MaxLifetime}
 	var methods []string
 	if len(o.Secret) > 0 {
 		methods = []string{jwt.SigningMethodHS256.Alg()}
@@ -202,6 +207,14 @@ func (v *Verifier) Verify(token string) (Identity, error) {
 	var c Claims
 	if _, err := v.parser.ParseWithClaims(token, &c, v.keyfunc); err != nil {
 		return Identity{}, unauthenticated(reason(err))
+	}
+	if v.maxLifetime > 0 {
+		if c.IssuedAt == nil || c.ExpiresAt == nil {
+			return Identity{}, unauthenticated("the token lacks an iat claim (tokens may live at most " + v.maxLifetime.String() + ")")
+		}
+		if c.ExpiresAt.Sub(c.IssuedAt.Time) > v.maxLifetime {
+			return Identity{}, unauthenticated("the token lives longer than " + v.maxLifetime.String() + " (exp - iat; FLAGDOWN_JWT_MAX_LIFETIME)")
+		}
 	}
 	if err := dispatch.ValidateID("sub", c.Subject); err != nil {
 		return Identity{}, unauthenticated("its sub claim must be a valid driver or rider id")

@@ -304,3 +304,21 @@ func TestRequire(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxLifetime: with a maximum lifetime, a token living longer (exp − iat) or without iat is
+// refused; one within it passes.
+func TestMaxLifetime(t *testing.T) {
+	v, err := auth.New(auth.Options{Secret: secret, Issuer: "flagdown", Audience: "flagdown", Leeway: 30 * time.Second, MaxLifetime: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Verify(sign(t, jwt.SigningMethodHS256, secret, claims("rider", "r-1", nil), "")); err != nil {
+		t.Errorf("a 1 h token: %v", err)
+	}
+	long := claims("rider", "r-1", func(c *jwt.MapClaims) { (*c)["exp"] = time.Now().Add(30 * 24 * time.Hour).Unix() })
+	_, err = v.Verify(sign(t, jwt.SigningMethodHS256, secret, long, ""))
+	wantCode(t, "a 30-day token", err, dispatch.CodeUnauthenticated)
+	noIat := claims("rider", "r-1", func(c *jwt.MapClaims) { delete(*c, "iat") })
+	_, err = v.Verify(sign(t, jwt.SigningMethodHS256, secret, noIat, ""))
+	wantCode(t, "a token without iat", err, dispatch.CodeUnauthenticated)
+}

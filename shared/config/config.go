@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/url"
 	"reflect"
 	"regexp"
@@ -214,6 +215,9 @@ type Config struct {
 	JWTAudience string `env:"FLAGDOWN_JWT_AUDIENCE" envDefault:"flagdown"`
 	// JWTLeeway is the clock skew allowed when checking a token's exp, nbf and iat (0..MaxJWTLeeway).
 	JWTLeeway time.Duration `env:"FLAGDOWN_JWT_LEEWAY" envDefault:"30s"`
+	// JWTMaxLifetime is the longest a client token may be valid (exp − iat); a token without iat or
+	// living longer is refused (shared/auth). 0 disables the check.
+	JWTMaxLifetime time.Duration `env:"FLAGDOWN_JWT_MAX_LIFETIME" envDefault:"24h"`
 
 	// RateRidesPerMin is how many ride requests (order-create calls) one rider may make per minute,
 	// with a burst of as many (shared/ratelimit); 0 disables the limit.
@@ -222,6 +226,32 @@ type Config struct {
 	// batch spends one unit per ping of that driver. The default, 600 (10 per second), is 40 times an
 	// app pinging every 4 s; 0 disables the limit.
 	RatePingsPerMin int `env:"FLAGDOWN_RATE_PINGS_PER_MIN" envDefault:"600"`
+	// RateEstimatesPerMin is how many fare estimates (each stores a quote for 5 minutes) one rider
+	// may ask per minute, with a burst of as many; 0 disables the limit.
+	RateEstimatesPerMin int `env:"FLAGDOWN_RATE_ESTIMATES_PER_MIN" envDefault:"30"`
+	// RateNearbyPerMin is how many nearby queries one caller may make per minute, with a burst of as
+	// many (an app refreshing its map every 5 s makes 12); 0 disables the limit.
+	RateNearbyPerMin int `env:"FLAGDOWN_RATE_NEARBY_PER_MIN" envDefault:"30"`
+	// RateHailsPerMin is how many street-hail presses one rider or driver may make per minute, with
+	// a burst of as many; 0 disables the limit.
+	RateHailsPerMin int `env:"FLAGDOWN_RATE_HAILS_PER_MIN" envDefault:"10"`
+	// RateConnectsPerMin is how many WebSocket connects one user may make per minute, with a burst
+	// of as many; 0 disables the limit.
+	RateConnectsPerMin int `env:"FLAGDOWN_RATE_CONNECTS_PER_MIN" envDefault:"10"`
+	// RateDevicesPerMin is how many device registrations (PUT devices) one user may make per
+	// minute, with a burst of as many; 0 disables the limit.
+	RateDevicesPerMin int `env:"FLAGDOWN_RATE_DEVICES_PER_MIN" envDefault:"10"`
+	// RatePerIPPerMin is how many calls of each budgeted kind but pings (ride requests, estimates,
+	// nearby, hails, connects, device registrations) one client IP may make per minute, each kind
+	// apart, when the client's IP is known (TrustedProxyHops); 0 disables the limit.
+	RatePerIPPerMin int `env:"FLAGDOWN_RATE_PER_IP_PER_MIN" envDefault:"300"`
+	// TrustedProxyHops is how many proxies in front of the functions append to X-Forwarded-For (the
+	// gateway: 1); the client's IP is the entry that many places from the right
+	// (httpx.ClientIP). 0, the default, trusts no X-Forwarded-For: per-IP budgets are off.
+	TrustedProxyHops int `env:"FLAGDOWN_TRUSTED_PROXY_HOPS" envDefault:"0"`
+	// MaxDevicesPerUser is how many push devices one rider or driver may have registered; a
+	// registration of one more is refused (409 too_many_devices) until he removes one.
+	MaxDevicesPerUser int `env:"FLAGDOWN_MAX_DEVICES_PER_USER" envDefault:"5"`
 
 	// PushEndpoint is the API Gateway management API endpoint of the WebSocket API that holds
 	// phones' connections, https://{api-id}.execute-api.{region}.amazonaws.com/{stage} (shared/push);
@@ -417,8 +447,15 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: FLAGDOWN_RETAIN_PROCESSED_EVENTS (%s) must be at least %s: "+
 			"a consumer must still know an event it handled when the event is redelivered", c.RetainProcessedEvents, MinRetainProcessedEvents)
 	}
-	if c.RateRidesPerMin < 0 || c.RatePingsPerMin < 0 {
-		return fmt.Errorf("config: FLAGDOWN_RATE_RIDES_PER_MIN and FLAGDOWN_RATE_PINGS_PER_MIN must be >= 0 (0 disables)")
+	if c.RateRidesPerMin < 0 || c.RatePingsPerMin < 0 || c.RateEstimatesPerMin < 0 || c.RateNearbyPerMin < 0 ||
+		c.RateHailsPerMin < 0 || c.RateConnectsPerMin < 0 || c.RateDevicesPerMin < 0 || c.RatePerIPPerMin < 0 {
+		return fmt.Errorf("config: FLAGDOWN_RATE_*_PER_MIN must be >= 0 (0 disables)")
+	}
+	if c.TrustedProxyHops < 0 || c.TrustedProxyHops > 10 {
+		return fmt.Errorf("config: FLAGDOWN_TRUSTED_PROXY_HOPS must be between 0 and 10")
+	}
+	if c.MaxDevicesPerUser < 1 {
+		return fmt.Errorf("config: FLAGDOWN_MAX_DEVICES_PER_USER must be >= 1")
 	}
 	if c.PushPositionInterval < 0 {
 		return fmt.Errorf("config: FLAGDOWN_PUSH_POSITION_INTERVAL must be >= 0 (0 pushes no positions)")
@@ -437,8 +474,12 @@ func (c *Config) Validate() error {
 	if c.JWTSecret != "" && len(c.JWTSecret) < MinJWTSecretBytes {
 		return fmt.Errorf("config: FLAGDOWN_JWT_SECRET must be at least %d bytes", MinJWTSecretBytes)
 	}
-	if c.JWKSURL != "" && !strings.HasPrefix(c.JWKSURL, "https://") && !strings.HasPrefix(c.JWKSURL, "http://") {
-		return fmt.Errorf("config: FLAGDOWN_JWKS_URL must be an http(s) URL")
+	if c.JWKSURL != "" && !jwksURLOK(c.JWKSURL) {
+		return fmt.Errorf("config: FLAGDOWN_JWKS_URL must be an https:// URL (http:// only to a loopback address, for tests): " +
+			"the key set decides which tokens are accepted, so it must not travel in plain text")
+	}
+	if c.JWTMaxLifetime < 0 {
+		return fmt.Errorf("config: FLAGDOWN_JWT_MAX_LIFETIME must be >= 0 (0 disables)")
 	}
 	if c.JWTIssuer == "" || c.JWTAudience == "" {
 		return fmt.Errorf("config: FLAGDOWN_JWT_ISSUER and FLAGDOWN_JWT_AUDIENCE must not be empty")
@@ -498,6 +539,27 @@ var RemovedVariables = map[string]string{
 	"FLAGDOWN_INTERNAL_SECRET": "the shared HMAC secret is gone: events are signed with " + internalauth.SigningKeyVariable +
 		" (relay and expiry source only), verified with " + internalauth.VerifyKeysVariable + ", and internal calls carry " +
 		internalauth.TokenVariable + " (see docs/security.md; `flagdown keygen` prints a key pair)",
+}
+
+// jwksURLOK reports whether u is an https URL with a host, or an http URL to a loopback address
+// (127.0.0.0/8, ::1, localhost).
+func jwksURLOK(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil || p.Host == "" {
+		return false
+	}
+	switch p.Scheme {
+	case "https":
+		return true
+	case "http":
+		h := p.Hostname()
+		if h == "localhost" {
+			return true
+		}
+		ip := net.ParseIP(h)
+		return ip != nil && ip.IsLoopback()
+	}
+	return false
 }
 
 // snsAppARNRe is an SNS platform application ARN: partition, region, 12-digit account, platform,

@@ -89,6 +89,7 @@ func TestRejects(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
+		"JWKSOverHTTP":           {map[string]string{"FLAGDOWN_JWKS_URL": "http://idp.example.com/jwks.json"}, "FLAGDOWN_JWKS_URL"},
 		"RadiiNotIncreasing":     {map[string]string{"FLAGDOWN_SEARCH_RADII_M": "1000,500"}, "FLAGDOWN_SEARCH_RADII_M"},
 		"AreaInverted":           {map[string]string{"FLAGDOWN_SERVICE_AREA": "41,-73,40,-74"}, "FLAGDOWN_SERVICE_AREA"},
 		"AreaShort":              {map[string]string{"FLAGDOWN_SERVICE_AREA": "41,-73"}, "FLAGDOWN_SERVICE_AREA"},

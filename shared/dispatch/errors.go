@@ -55,6 +55,9 @@ const (
 	// ReasonQuoteExpired: the fare quote named by the ride request is unknown or past its validity
 	// (or another rider's): the rider must ask for a new estimate before he is charged a price.
 	ReasonQuoteExpired = "quote_expired"
+	// ReasonTooManyDevices: the user has as many push devices registered as he may
+	// (FLAGDOWN_MAX_DEVICES_PER_USER); he must remove one before he registers another.
+	ReasonTooManyDevices = "too_many_devices"
 )
 
 // Error is flagdown's error: a code, an optional field and reason, and a message fit for the caller.

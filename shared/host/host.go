@@ -80,12 +80,10 @@ func (d *Deps) Lifecycle(source string) *lifecycle.Service {
 }
 
 // Limiter returns the process's rate limiter (shared/ratelimit) over its Redis, with the budgets of
-// FLAGDOWN_RATE_RIDES_PER_MIN and FLAGDOWN_RATE_PINGS_PER_MIN, built once.
+// FLAGDOWN_RATE_* (ratelimit.FromConfig), built once.
 func (d *Deps) Limiter() *ratelimit.Limiter {
 	d.limiterOnce.Do(func() {
-		d.limiter = ratelimit.New(d.Redis.Client(), d.Config.RedisPrefix, ratelimit.Limits{
-			RidesPerMin: d.Config.RateRidesPerMin, PingsPerMin: d.Config.RatePingsPerMin,
-		})
+		d.limiter = ratelimit.New(d.Redis.Client(), d.Config.RedisPrefix, ratelimit.FromConfig(d.Config))
 	})
 	return d.limiter
 }

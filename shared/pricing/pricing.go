@@ -20,6 +20,9 @@
 // Wait estimate (dispatch.EstimateWait): the recent match delay (an EWMA of request → accept over
 // accepts, kept in Redis, fed by lifecycle's accept) + the nearest available driver's straight-line
 // distance × FLAGDOWN_ROAD_FACTOR / FLAGDOWN_AVG_SPEED_MPS, searched within the largest match radius.
+// A rider reads it, so it is the rider view (dispatch.RiderCell): the distance is to the nearest
+// driver's cell centre (nearestCellM) and every part is rounded to dispatch.RiderWaitStepS
+// (dispatch.RiderWait), so no series of estimates locates a driver closer than his cell.
 package pricing
 
 import (
@@ -143,10 +146,41 @@ func (s *Service) quote(ctx context.Context, riderID string, pickup, dropoff dis
 		}
 	}
 	q.Fare = dispatch.SurgedFare(dispatch.EstimateFare(s.fareParams(), pickup, dropoff), q.Multiplier)
-	if w, ok := dispatch.EstimateWait(rd.MatchDelayS, rd.NearestM, s.cfg.RoadFactor, s.cfg.AvgSpeedMPS); ok {
+	near, err := s.nearestCellM(ctx, pickup, rd.NearestM)
+	if err != nil {
+		return nil, err
+	}
+	if w, ok := dispatch.EstimateWait(rd.MatchDelayS, near, s.cfg.RoadFactor, s.cfg.AvgSpeedMPS); ok {
+		w = dispatch.RiderWait(w)
 		q.Wait = &w
 	}
 	return q, nil
+}
+
+// nearestCandidates is how many of the drivers nearest to a pickup nearestCellM weighs: the nearest
+// cell centre is almost always one of theirs.
+const nearestCandidates = 20
+
+// nearestCellM is the distance in metres from pickup to the nearest cell centre
+// (dispatch.RiderDistanceM) of an available driver within the largest match radius, given the
+// distance nearestM to the nearest driver himself (-1: none, and -1 is answered). Only a driver
+// within nearestM + twice dispatch.RiderCellHalfDiagonalM can have a nearer centre than the nearest
+// driver's, so one bounded search (redisstore.Nearby) finds it.
+func (s *Service) nearestCellM(ctx context.Context, pickup dispatch.Point, nearestM float64) (float64, error) {
+	if nearestM < 0 {
+		return -1, nil
+	}
+	hits, err := s.store.Nearby(ctx, pickup, math.Min(s.nearRadiusM(), nearestM+2*dispatch.RiderCellHalfDiagonalM), nearestCandidates)
+	if err != nil {
+		return 0, err
+	}
+	best := -1.0
+	for _, h := range hits {
+		if d := dispatch.RiderDistanceM(pickup, h.Position); best < 0 || d < best {
+			best = d
+		}
+	}
+	return best, nil
 }
 
 // pendingUpdate is a cell's next multiplier, to store compare-and-set on the time of the one it
@@ -251,16 +285,21 @@ func (s *Service) Requested(ctx context.Context, q *Quote, rideID string) {
 
 // Wait predicts the remaining pickup wait of a ride waiting since since (its request or re-open):
 // the recent match delay less the time already waited (at least 0) plus the nearest driver's drive
-// (EstimateWait); nil when no driver is near.
+// (EstimateWait), in the rider view (dispatch.RiderWait); nil when no driver is near.
 func (s *Service) Wait(ctx context.Context, pickup dispatch.Point, since time.Time) (*dispatch.WaitEstimate, error) {
 	rd, err := s.store.ReadSurge(ctx, false, "", dispatch.Area{}, s.cfg.SurgeWindow, SupplyBound, pickup, s.nearRadiusM())
 	if err != nil {
 		return nil, err
 	}
+	near, err := s.nearestCellM(ctx, pickup, rd.NearestM)
+	if err != nil {
+		return nil, err
+	}
 	waited := math.Max(0, s.cfg.Now().Sub(since).Seconds())
-	w, ok := dispatch.EstimateWait(math.Max(0, rd.MatchDelayS-waited), rd.NearestM, s.cfg.RoadFactor, s.cfg.AvgSpeedMPS)
+	w, ok := dispatch.EstimateWait(math.Max(0, rd.MatchDelayS-waited), near, s.cfg.RoadFactor, s.cfg.AvgSpeedMPS)
 	if !ok {
 		return nil, nil
 	}
+	w = dispatch.RiderWait(w)
 	return &w, nil
 }

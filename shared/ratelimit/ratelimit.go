@@ -1,5 +1,6 @@
-// Package ratelimit caps how fast one rider may request rides and one driver may ping, backed by
-// Redis so that every replica of a function shares the same budget. It uses go-redis/redis_rate (a
+// Package ratelimit caps how fast one caller may use each endpoint (ride requests, pings, fare
+// estimates, nearby queries, hail presses, WebSocket connects), per caller and per client IP,
+// backed by Redis so that every replica of a function shares the same budget. It uses go-redis/redis_rate (a
 // GCRA limiter in one Lua script per call), not a hand-written bucket.
 //
 // Keys: P rl:{kind}:{id} (redis_rate adds its own "rate:" prefix), each expiring once its budget is
@@ -15,6 +16,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 )
 
@@ -27,7 +29,25 @@ const (
 	RideRequests Kind = "rides"
 	// Pings: location-update pings per driver (FLAGDOWN_RATE_PINGS_PER_MIN).
 	Pings Kind = "pings"
+	// Estimates: fare-estimate calls (each stores a quote) per rider (FLAGDOWN_RATE_ESTIMATES_PER_MIN).
+	Estimates Kind = "estimates"
+	// NearbyQueries: nearby calls per caller (FLAGDOWN_RATE_NEARBY_PER_MIN).
+	NearbyQueries Kind = "nearby"
+	// Hails: street-hail presses per rider or driver (FLAGDOWN_RATE_HAILS_PER_MIN).
+	Hails Kind = "hails"
+	// Connects: WebSocket connects per user (FLAGDOWN_RATE_CONNECTS_PER_MIN).
+	Connects Kind = "connects"
+	// Devices: device registrations per user (FLAGDOWN_RATE_DEVICES_PER_MIN).
+	Devices Kind = "devices"
 )
+
+// ipKind is the per-IP budget of kind: FLAGDOWN_RATE_PER_IP_PER_MIN units per client IP, for each
+// kind apart.
+func ipKind(kind Kind) Kind { return kind + "-ip" }
+
+// ipKinds are the kinds that have a per-IP budget (every kind but Pings, whose callers are
+// drivers' phones and the gateway aggregator sending batches for many drivers from one address).
+var ipKinds = []Kind{RideRequests, Estimates, NearbyQueries, Hails, Connects, Devices}
 
 // Limits are the configured budgets, per minute, with a burst of the same size.
 type Limits struct {
@@ -35,6 +55,26 @@ type Limits struct {
 	RidesPerMin int
 	// PingsPerMin is how many pings one driver may send per minute (0: unlimited).
 	PingsPerMin int
+	// EstimatesPerMin is how many fare estimates one rider may ask per minute (0: unlimited).
+	EstimatesPerMin int
+	// NearbyPerMin is how many nearby queries one caller may make per minute (0: unlimited).
+	NearbyPerMin int
+	// HailsPerMin is how many hail presses one rider or driver may make per minute (0: unlimited).
+	HailsPerMin int
+	// ConnectsPerMin is how many WebSocket connects one user may make per minute (0: unlimited).
+	ConnectsPerMin int
+	// DevicesPerMin is how many device registrations one user may make per minute (0: unlimited).
+	DevicesPerMin int
+	// PerIPPerMin is how many calls of each kind but pings one client IP may make per minute, when
+	// the caller's IP is known (AllowCaller); 0: unlimited.
+	PerIPPerMin int
+}
+
+// FromConfig returns the budgets of cfg's FLAGDOWN_RATE_* settings.
+func FromConfig(cfg *config.Config) Limits {
+	return Limits{RidesPerMin: cfg.RateRidesPerMin, PingsPerMin: cfg.RatePingsPerMin,
+		EstimatesPerMin: cfg.RateEstimatesPerMin, NearbyPerMin: cfg.RateNearbyPerMin, HailsPerMin: cfg.RateHailsPerMin,
+		ConnectsPerMin: cfg.RateConnectsPerMin, DevicesPerMin: cfg.RateDevicesPerMin, PerIPPerMin: cfg.RatePerIPPerMin}
 }
 
 // Limiter checks budgets; one per process, safe for concurrent use.
@@ -48,11 +88,16 @@ type Limiter struct {
 // New returns a Limiter over rdb with keys under prefix.
 func New(rdb redis.UniversalClient, prefix string, l Limits) *Limiter {
 	limits := map[Kind]redis_rate.Limit{}
-	if l.RidesPerMin > 0 {
-		limits[RideRequests] = redis_rate.PerMinute(l.RidesPerMin)
+	for kind, n := range map[Kind]int{RideRequests: l.RidesPerMin, Pings: l.PingsPerMin, Estimates: l.EstimatesPerMin,
+		NearbyQueries: l.NearbyPerMin, Hails: l.HailsPerMin, Connects: l.ConnectsPerMin, Devices: l.DevicesPerMin} {
+		if n > 0 {
+			limits[kind] = redis_rate.PerMinute(n)
+		}
 	}
-	if l.PingsPerMin > 0 {
-		limits[Pings] = redis_rate.PerMinute(l.PingsPerMin)
+	if l.PerIPPerMin > 0 {
+		for _, kind := range ipKinds {
+			limits[ipKind(kind)] = redis_rate.PerMinute(l.PerIPPerMin)
+		}
 	}
 	return &Limiter{rl: redis_rate.NewLimiter(rdb), rdb: rdb, prefix: prefix, limits: limits}
 }
@@ -61,8 +106,11 @@ func New(rdb redis.UniversalClient, prefix string, l Limits) *Limiter {
 // error naming field (with details.retry_after_s, whole seconds, at least 1) when the budget is
 // spent, and nothing is spent then; CodeUnavailable when Redis cannot be reached.
 func (l *Limiter) Allow(ctx context.Context, kind Kind, id, field string, n int) error {
+	if l == nil {
+		return nil
+	}
 	lim, ok := l.limits[kind]
-	if !ok || l == nil {
+	if !ok {
 		return nil
 	}
 	res, err := l.rl.AllowN(ctx, l.key(kind, id), lim, n)
@@ -73,6 +121,21 @@ func (l *Limiter) Allow(ctx context.Context, kind Kind, id, field string, n int)
 		return nil
 	}
 	return refused(kind, lim.Burst, lim.Period, field, res.RetryAfter)
+}
+
+// AllowCaller spends one unit of the caller's budget of kind (Allow, the error naming field) and,
+// when ip is not empty, one of that client IP's budget of kind (FLAGDOWN_RATE_PER_IP_PER_MIN, the
+// error naming "client_ip"); ip comes from httpx.ClientIP. A caller refused by either budget gets
+// its CodeRateLimited error (429 with Retry-After); a unit spent on the caller's budget before the
+// IP's refused is not given back.
+func (l *Limiter) AllowCaller(ctx context.Context, kind Kind, id, field, ip string) error {
+	if err := l.Allow(ctx, kind, id, field, 1); err != nil {
+		return err
+	}
+	if ip == "" {
+		return nil
+	}
+	return l.Allow(ctx, ipKind(kind), ip, "client_ip", 1)
 }
 
 // key is id's budget key of kind (redis_rate prefixes it with "rate:").
