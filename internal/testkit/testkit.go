@@ -174,10 +174,12 @@ func Deps(t testing.TB, tune func(*config.Config)) *app.Deps {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
+	store := app.NewStore(rdb, cfg)
+	HealthyRedis(t, store)
 	return &app.Deps{
 		Config: cfg,
 		DB:     db,
-		Redis:  app.NewStore(rdb, cfg),
+		Redis:  store,
 		Log:    log,
 		Auth:   v,
 	}

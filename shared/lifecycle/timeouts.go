@@ -11,6 +11,7 @@ import (
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/pgstore"
+	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
 // DriverOffline handles a driver whose heartbeat expired. It reads his Redis presence first and does
@@ -28,7 +29,7 @@ func (s *Service) DriverOffline(ctx context.Context, driverID, reason string, ev
 	if err != nil {
 		return "", err
 	}
-	if p.Alive {
+	if p.State != redisstore.PresenceLapsed {
 		return OutcomeStale, nil
 	}
 	episode := strconv.FormatInt(p.LastPingMs, 10)

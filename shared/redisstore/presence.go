@@ -33,12 +33,30 @@ func (s *Store) RecordMiss(ctx context.Context, driverID string) error {
 	return unavailable(missScript.Run(ctx, s.rdb, []string{s.driverKey(driverID)}, s.MissMemory.Milliseconds()).Err())
 }
 
+// PresenceState is the liveness decision on a driver (DriverPresence).
+type PresenceState string
+
+// States of Presence.
+const (
+	// PresenceAlive: his heartbeat key exists.
+	PresenceAlive PresenceState = "alive"
+	// PresenceLapsed: Redis, healthy and holding his state, saw his heartbeat lapse: he is offline.
+	PresenceLapsed PresenceState = "lapsed"
+	// PresenceUnknown: no positive evidence either way (his state or his heartbeat deadline is
+	// missing, Redis's health mark is missing or stale, or the lapse fell inside an outage):
+	// nothing may change.
+	PresenceUnknown PresenceState = "unknown"
+)
+
 // Presence is what Redis knows of a driver's presence.
 type Presence struct {
 	// Status is his status ("" when Redis knows nothing of him).
 	Status dispatch.DriverStatus
-	// Alive reports whether his heartbeat key exists.
-	Alive bool
+	// State is the liveness decision.
+	State PresenceState
+	// Reason says why State is unknown ('' otherwise): no_state, early, no_health, unhealthy,
+	// outage or mass_lapse.
+	Reason string
 	// LastPingMs is the device time of his last ping (field seen), unix ms, 0 when unknown: it names
 	// the heartbeat that expired, so every handler of one expiry agrees on which one it was.
 	LastPingMs int64
@@ -53,7 +71,11 @@ func (s *Store) DriverPresence(ctx context.Context, driverID string) (Presence, 
 		return Presence{}, unavailable(err)
 	}
 	v := st.Val()
-	return Presence{Status: dispatch.DriverStatus(str(v[0])), Alive: hb.Val() == 1, LastPingMs: atoi64(str(v[1]))}, nil
+	state := PresenceLapsed
+	if hb.Val() == 1 {
+		state = PresenceAlive
+	}
+	return Presence{Status: dispatch.DriverStatus(str(v[0])), State: state, LastPingMs: atoi64(str(v[1]))}, nil
 }
 
 // ScanAvailable returns up to about count members of the available set from cursor, and the next
