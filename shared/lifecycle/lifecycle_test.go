@@ -48,7 +48,7 @@ func TestDriverOfflineRacingReconcileReopensTheRideOnce(t *testing.T) {
 			if status, body := env.AcceptRide(t, rideID, "d-1"); status != http.StatusOK {
 				t.Fatalf("accept: %d %v", status, body)
 			}
-			env.DeleteKey(t, "hb:d-1")
+			env.ExpireHeartbeat(t, "d-1")
 
 			// The expiry event and a reconcile pass (no event) handle the same expiry at once.
 			refs := []*lifecycle.EventRef{ref(), nil, ref(), nil}
