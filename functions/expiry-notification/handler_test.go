@@ -113,7 +113,7 @@ func TestHeartbeatExpiry(t *testing.T) {
 		env.Ping(t, "d-1", fntest.Offset(pickup, 100, 0))
 		env.Ping(t, "d-2", fntest.Offset(pickup, 300, 0))
 		rideID := accepted(t, env, "r-1", pickup, "d-1")
-		env.DeleteKey(t, "hb:d-1")
+		env.ExpireHeartbeat(t, "d-1")
 
 		if got, want := env.Expire(t, env.ExpiredEvent("hb:d-1")), "done"; got != want {
 			t.Fatalf("outcome = %q, want %q", got, want)
@@ -175,7 +175,7 @@ func TestHeartbeatExpiry(t *testing.T) {
 		if status, body := env.RideAction(t, rideID, "start", fntest.JSON{"driver_id": "d-1"}); status != http.StatusOK {
 			t.Fatalf("start: %d %v", status, body)
 		}
-		env.DeleteKey(t, "hb:d-1")
+		env.ExpireHeartbeat(t, "d-1")
 
 		if got, want := env.Expire(t, env.ExpiredEvent("hb:d-1")), "done"; got != want {
 			t.Fatalf("outcome = %q, want %q", got, want)
@@ -361,7 +361,7 @@ func TestTheSameExpiryDeliveredTwiceHasOneEffect(t *testing.T) {
 			env.Ping(t, "d-1", fntest.Offset(pickup, 100, 0))
 			env.Ping(t, "d-2", fntest.Offset(pickup, 300, 0))
 			accepted(t, env, "r-1", pickup, "d-1")
-			env.DeleteKey(t, "hb:d-1")
+			env.ExpireHeartbeat(t, "d-1")
 			return "hb:d-1"
 		}},
 		{"offer lock", func(t *testing.T, env *fntest.TimeoutEnv) string {
@@ -468,7 +468,7 @@ func TestExpiryNotificationRejects(t *testing.T) {
 	t.Parallel()
 	env := fntest.NewTimeoutEnv(t, nil)
 	env.Ping(t, "d-1", fntest.Offset(pickup, 100, 0))
-	env.DeleteKey(t, "hb:d-1")
+	env.ExpireHeartbeat(t, "d-1")
 	key := env.Key("hb:d-1")
 
 	tests := []struct {

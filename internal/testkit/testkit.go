@@ -194,7 +194,9 @@ func Deps(t testing.TB, tune func(*config.Config)) *app.Deps {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	return app.With(host.New(cfg, db, host.NewStore(rdb, cfg), log, v))
+	store := host.NewStore(rdb, cfg)
+	HealthyRedis(t, store)
+	return app.With(host.New(cfg, db, store, log, v))
 }
 
 // Run runs fn (a component's Run method) in the background until t ends, then cancels its context

@@ -151,6 +151,13 @@ type Stats struct {
 	GapSeconds float64
 	// Errors counts failed publishes and Redis errors of the handling paths.
 	Errors uint64
+	// Generations counts new Redis generations the health mark saw (the first sweep's included).
+	Generations uint64
+	// Gaps counts health gaps: sweeps later than HealthGap after the previous one.
+	Gaps uint64
+	// NotConfigured counts checks that found notify-keyspace-events without Ex although
+	// Options.NotificationsConfigured says it is set.
+	NotConfigured uint64
 }
 
 // Source is the expiry source. Build it with New and call Run once.
@@ -168,6 +175,7 @@ type Source struct {
 	kick      chan struct{}
 
 	published, swept, skipped, touched, reconnects, errs atomic.Uint64
+	generations, gaps, notConfigured                     atomic.Uint64
 	gapMicros                                            atomic.Int64
 
 	// hook, nil outside tests, is called at the named points of the handling paths (see the hook*
@@ -231,6 +239,7 @@ func (s *Source) Stats() Stats {
 		Published: s.published.Load(), Swept: s.swept.Load(), Skipped: s.skipped.Load(),
 		Touched: s.touched.Load(), Reconnects: s.reconnects.Load(),
 		GapSeconds: float64(s.gapMicros.Load()) / 1e6, Errors: s.errs.Load(),
+		Generations: s.generations.Load(), Gaps: s.gaps.Load(), NotConfigured: s.notConfigured.Load(),
 	}
 }
 
@@ -633,14 +642,37 @@ func (s *Source) sweepLoop(ctx context.Context) {
 	}
 }
 
-// Sweep runs one sweep round: it reads up to SweepBatch overdue entries of the deadline set (by
+// HealthGap is the gap threshold of the health mark for a sweep period: max(1 s, 5 periods). A
+// sweep later than that after the previous one means Redis, or the sweeper, was away, and opens a
+// new healthy period in which liveness decisions wait a heartbeat TTL (redisstore lapse.lua).
+func HealthGap(sweep time.Duration) time.Duration { return max(time.Second, 5*sweep) }
+
+// noteHealth counts and logs what the health mark saw.
+func (s *Source) noteHealth(ctx context.Context, h redisstore.Health) {
+	switch h.Event {
+	case redisstore.HealthNewGeneration:
+		s.generations.Add(1)
+		s.log.Warn("expiry: new Redis generation (restarted empty or flushed): liveness decisions wait a heartbeat TTL",
+			"generation", h.Generation)
+		s.onNewGeneration(ctx)
+	case redisstore.HealthGap:
+		s.gaps.Add(1)
+		s.log.Warn("expiry: Redis health gap (Redis or the sweeper was away): liveness decisions wait a heartbeat TTL",
+			"since", h.Since)
+	}
+}
+
+// Sweep runs one sweep round: it marks Redis healthy (redisstore.Store.MarkHealthy: a new generation
+// or a gap is counted and logged), reads up to SweepBatch overdue entries of the deadline set (by
 // Redis's clock), touches their keys with PEXPIRETIME in one pipelined round trip and acts on the
 // answers (see the package doc). It returns the number of overdue entries read.
 func (s *Source) Sweep(ctx context.Context) (int, error) {
-	now, err := s.store.Now(ctx)
+	h, err := s.store.MarkHealthy(ctx, HealthGap(s.opt.SweepInterval))
 	if err != nil {
 		return 0, err
 	}
+	s.noteHealth(ctx, h)
+	now := h.Now
 	overdue, err := s.rdb.ZRangeByScoreWithScores(ctx, s.dk, &redis.ZRangeBy{
 		Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(s.opt.SweepBatch),
 	}).Result()

@@ -100,3 +100,32 @@ func refused(addr, what string, err error) error {
 	}
 	return fmt.Errorf("expiry: %s notify-keyspace-events on %s: %w", what, addr, err)
 }
+
+// onNewGeneration runs after the health mark saw a new Redis generation: a Redis restarted
+// without its data has lost notify-keyspace-events too (unless its config file sets it), so the
+// source re-applies it when flagdown owns it (Options.NotificationsConfigured false), and otherwise
+// checks with CONFIG GET (where CONFIG is allowed) and logs an error when the deployment's promise
+// does not hold. The sweep carries every timeout meanwhile.
+func (s *Source) onNewGeneration(ctx context.Context) {
+	if !s.opt.NotificationsConfigured {
+		if err := EnsureNotifications(ctx, s.rdb, s.log); err != nil {
+			s.errs.Add(1)
+			s.log.Error("expiry: re-apply notify-keyspace-events after a new Redis generation", "err", err)
+		}
+		return
+	}
+	c, ok := s.rdb.(*redis.Client)
+	if !ok {
+		return
+	}
+	v, err := c.ConfigGet(ctx, "notify-keyspace-events").Result()
+	if err != nil {
+		return // CONFIG disabled (managed Redis): nothing to check with
+	}
+	if !hasExpiredEvents(v["notify-keyspace-events"]) {
+		s.errs.Add(1)
+		s.notConfigured.Add(1)
+		s.log.Error("expiry: notify-keyspace-events lacks Ex although NotificationsConfigured says it is set; only the sweep carries timeouts",
+			"redis", c.Options().Addr, "notify-keyspace-events", v["notify-keyspace-events"])
+	}
+}

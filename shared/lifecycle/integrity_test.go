@@ -144,7 +144,7 @@ func TestAReopenedRideStartsAFreshRetryBudget(t *testing.T) {
 	// The ride used nearly all of its budget before it was accepted.
 	env.Exec(t, `UPDATE rides SET match_attempts = $2, match_started_at = now() - interval '1 hour' WHERE id = $1`,
 		rideID, env.D.Config.RetryMaxAttempts-1)
-	env.DeleteKey(t, "hb:d-1")
+	env.ExpireHeartbeat(t, "d-1")
 	if out, err := lc.DriverOffline(t.Context(), "d-1", "test", nil); err != nil || out != lifecycle.OutcomeDone {
 		t.Fatalf("DriverOffline = %q, %v", out, err)
 	}

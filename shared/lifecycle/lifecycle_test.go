@@ -48,7 +48,7 @@ func TestDriverOfflineRacingReconcileReopensTheRideOnce(t *testing.T) {
 			if status, body := env.AcceptRide(t, rideID, "d-1"); status != http.StatusOK {
 				t.Fatalf("accept: %d %v", status, body)
 			}
-			env.DeleteKey(t, "hb:d-1")
+			env.ExpireHeartbeat(t, "d-1")
 
 			// The expiry event and a reconcile pass (no event) handle the same expiry at once.
 			refs := []*lifecycle.EventRef{ref(), nil, ref(), nil}
@@ -227,5 +227,28 @@ func TestTheSameEventForAnotherConsumerIsNotADuplicate(t *testing.T) {
 	}
 	if n := env.CountOutbox(t, events.RideRetry, rideID); n != 2 {
 		t.Errorf("ride.retry rows = %d, want 2", n)
+	}
+}
+
+// A driver whose heartbeat key and deadline (hbdl) are both gone, as after Redis lost or evicted
+// his state, is unknown, not offline: his ACCEPTED ride stays his.
+func TestDriverOfflineWithoutHeartbeatDeadlineKeepsTheRide(t *testing.T) {
+	t.Parallel()
+	env := fntest.NewTimeoutEnv(t, nil)
+	lc := env.D.Lifecycle("/test")
+	env.Ping(t, "d-1", fntest.Offset(pickup, 100, 0))
+	rideID := offered(t, env, "r-1", "d-1")
+	if status, body := env.AcceptRide(t, rideID, "d-1"); status != http.StatusOK {
+		t.Fatalf("accept: %d %v", status, body)
+	}
+	env.DeleteKey(t, "hb:d-1")
+	if err := env.D.Redis.Client().HDel(t.Context(), env.Key("driver:d-1"), "hbdl").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := lc.DriverOffline(t.Context(), "d-1", "test", nil); err != nil || out != lifecycle.OutcomeStale {
+		t.Errorf("DriverOffline without hbdl = %q, %v; want stale", out, err)
+	}
+	if n := env.CountOutbox(t, events.RideReopened, rideID); n != 0 {
+		t.Errorf("ride.reopened rows = %d, want 0", n)
 	}
 }

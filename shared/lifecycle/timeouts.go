@@ -11,10 +11,13 @@ import (
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/pgstore"
+	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
-// DriverOffline handles a driver whose heartbeat expired. It reads his Redis presence first and does
-// nothing if he pinged again meanwhile (stale). Otherwise, in one transaction: driver.status.changed
+// DriverOffline handles a driver whose heartbeat expired. It takes Redis's liveness decision first
+// (redisstore.Store.DriverPresence) and acts only when it is "lapsed": a driver alive again (he
+// pinged meanwhile) or "unknown" (Redis lost his state, or his deadline fell inside a Redis outage:
+// the decision is deferred, see lapse.lua) is stale and nothing changes. Otherwise, in one transaction: driver.status.changed
 // (when Redis showed him anything but offline); an ACCEPTED ride of his is re-opened for matching
 // without him (ride.reopened, by system, reason driver_offline; a fresh retry budget) and his
 // assignment cleared; an IN_PROGRESS ride only raises ride.driver.offline. After the commit Redis
@@ -28,7 +31,7 @@ func (s *Service) DriverOffline(ctx context.Context, driverID, reason string, ev
 	if err != nil {
 		return "", err
 	}
-	if p.Alive {
+	if p.State != redisstore.PresenceLapsed {
 		return OutcomeStale, nil
 	}
 	episode := strconv.FormatInt(p.LastPingMs, 10)

@@ -44,7 +44,7 @@ func (s *Store) assignArgs(a dispatch.Assignment) []any {
 		lng = strconv.FormatFloat(a.At.Lng, 'f', -1, 64)
 	}
 	return []any{a.DriverID, a.Epoch, a.RideID, string(dispatch.DriverStatusOnRide(a.RideStatus)), a.RideVersion,
-		lat, lng, s.prefix + "ridepos:", s.RidePosTTL.Milliseconds(), s.DriverStateTTL.Milliseconds()}
+		lat, lng, s.prefix + "ridepos:", s.RidePosTTL.Milliseconds(), s.DriverStateTTL.Milliseconds(), s.HeartbeatTTL.Milliseconds()}
 }
 
 // ApplyAssignment makes Redis hold a (see assignScript) unless it already holds a's epoch or a newer

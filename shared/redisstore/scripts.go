@@ -8,8 +8,9 @@ import (
 )
 
 // scriptFiles holds the store's Lua scripts, one file each under scripts/: each file's header
-// names what it does, its KEYS and ARGV (with units) and its reply. Three files are snippets that
-// scripts are prefixed with, written once: now.lua (Redis's clock as `now`, unix ms),
+// names what it does, its KEYS and ARGV (with units) and its reply. Four files are snippets that
+// scripts are prefixed with, written once: now.lua (Redis's clock as `now`, unix ms), lapse.lua
+// (when a driver is offline, unknown or alive),
 // available.lua (who may be offered a ride and who belongs in the GEO set of available drivers) and
 // hail_prelude.lua (the street-hail helpers).
 //
@@ -38,4 +39,5 @@ const (
 	nowLua         = "now.lua"
 	availableLua   = "available.lua"
 	hailPreludeLua = "hail_prelude.lua"
+	lapseLua       = "lapse.lua"
 )

@@ -37,6 +37,9 @@
 //	                     windows: an expired key is a cell without data (1.0)
 //	P quote:{id}         a fare estimate's quote as JSON (shared/pricing.Quote): what order-create
 //	                     charges when the rider names it; TTL = quote validity
+//	P health             hash gen, seen, since, gap: Redis's health mark, written by the expiry
+//	                     source's sweeper (MarkHealthy, health.lua) and read by every liveness
+//	                     decision (lapse.lua); no TTL: its absence means a new generation
 //	P matchdelay         hash ewma (seconds from a ride's request to its accept, an EWMA), n (samples)
 //
 // Redis is a projection of PostgreSQL that cannot go backwards: a driver's ride changes only

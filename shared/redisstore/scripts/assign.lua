@@ -18,6 +18,7 @@
 -- ARGV[8]  ride_pos_prefix  P ridepos:
 -- ARGV[9]  ride_pos_ttl_ms  TTL of a ride's live position, ms
 -- ARGV[10] state_ttl_ms     the driver hash's TTL when it has none, ms
+-- ARGV[11] hb_ttl_ms        heartbeat TTL, ms
 -- Returns 1 applied, 2 only fixed (taken out of the GEO set or given his on-ride status back), 0
 -- nothing to do.
 --
@@ -33,7 +34,9 @@
 -- (starting at his last position, or none when Redis has none, never the previous driver's). Free:
 -- ride cleared, available since now (offline while his heartbeat is gone), optionally moved to
 -- lat/lng. Either way GEO set membership then follows the available-set rule (available.lua). The
--- live position of the ride he leaves is tombstoned (driver '') if it was his.
+-- live position of the ride he leaves is tombstoned (driver '') if it was his. A hash without a
+-- heartbeat deadline (re-created by a repair after Redis lost it) gets hbdl = now + TTL: he has a
+-- full TTL to ping before a lapse can be decided (lapse.lua).
 local driver_key = KEYS[1]
 local geo_key = KEYS[2]
 local onride_key = KEYS[3]
@@ -50,6 +53,7 @@ local lat_arg, lng_arg = ARGV[6], ARGV[7]
 local ride_pos_prefix = ARGV[8]
 local ride_pos_ttl_ms = ARGV[9]
 local state_ttl_ms = ARGV[10]
+local hb_ttl_ms = tonumber(ARGV[11])
 
 local cur = tonumber(redis.call('HGET', driver_key, 'epoch') or '0')
 if epoch <= cur then
@@ -78,6 +82,7 @@ if old ~= '' and old ~= ride then
   end
 end
 redis.call('HSET', driver_key, 'epoch', epoch_arg, 'ride', ride)
+if redis.call('HEXISTS', driver_key, 'hbdl') == 0 then redis.call('HSET', driver_key, 'hbdl', now + hb_ttl_ms) end
 if ride ~= '' then
   if alive then
     redis.call('HSET', driver_key, 'status', ride_status)

@@ -29,8 +29,11 @@
 -- carries the prefix's hash tag, so on a Redis Cluster it is in the slot of the declared keys
 -- (CheckPrefix).
 --
--- The heartbeat expires at Redis's clock + TTL (SET PXAT), the very deadline it is indexed with. A
--- ping not newer than the last accepted one is stale: it still proves the driver alive (heartbeat
+-- The heartbeat expires at Redis's clock + TTL (SET PXAT). Its deadline is indexed only when the
+-- index has no entry for it (ZADD NX): an earlier entry stays, and when it comes due the expiry
+-- source's sweeper finds the key alive and moves the entry to the key's own expire time
+-- (expiry/scripts/correct.lua, atomically), so a ping writes the index about once per TTL and the
+-- entry equals the key's deadline whenever the key is gone. A ping not newer than the last accepted one is stale: it still proves the driver alive (heartbeat
 -- refreshed) but changes nothing else; a ping implying a speed above the maximum is a GPS jump: it
 -- refreshes the heartbeat but not the position. Drivers on a ride keep the status flagdown gave
 -- them, and only the driver a ride's live position was handed to (field driver, see assign.lua)
@@ -67,7 +70,7 @@ local ride = cur[5] or ''
 local offer = redis.call('GET', offer_key)
 local hb_deadline = now + hb_ttl_ms
 redis.call('SET', hb_key, ts_arg, 'PXAT', hb_deadline)
-redis.call('ZADD', deadlines_key, hb_deadline, hb_key)
+redis.call('ZADD', deadlines_key, 'NX', hb_deadline, hb_key)
 if last_ts and ts <= last_ts then
   redis.call('HSET', driver_key, 'hbdl', hb_deadline)
   redis.call('PEXPIRE', driver_key, state_ttl_ms)
