@@ -38,6 +38,8 @@
 //	P quote:{id}         a fare estimate's quote as JSON (shared/pricing.Quote): what order-create
 //	                     charges when the rider names it; TTL = quote validity
 //	P matchdelay         hash ewma (seconds from a ride's request to its accept, an EWMA), n (samples)
+//	P matchmode:{cell}   hash mode, since, at (unix ms, the matcher's clock): an area's adaptive
+//	                     matching mode (FLAGDOWN_MATCH_MODE=auto; see ReadArea), TTL AreaModeTTL
 //
 // Redis is a projection of PostgreSQL that cannot go backwards: a driver's ride changes only
 // through ApplyAssignment, compare-and-set on the epoch PostgreSQL gave the change (see
