@@ -19,7 +19,12 @@
 //
 // Wait estimate (dispatch.EstimateWait): the recent match delay (an EWMA of request → accept over
 // accepts, kept in Redis, fed by lifecycle's accept) + the nearest available driver's straight-line
-// distance × FLAGDOWN_ROAD_FACTOR / FLAGDOWN_AVG_SPEED_MPS, searched within the largest match radius.
+// distance × FLAGDOWN_ROAD_FACTOR / FLAGDOWN_AVG_SPEED_MPS, searched within the largest match radius,
+// + the calibration learned from what happened (dispatch.Calibrate): the exponentially weighted mean
+// error of the waits quoted in the pickup's cell at this hour of day (the city's below
+// dispatch.WaitCalibrationMinSamples pickups), fed by lifecycle when a quoted ride starts
+// (redisstore.RecordWaitError). The estimate is computed here once; a handler showing it to riders
+// may round it.
 package pricing
 
 import (
@@ -148,6 +153,7 @@ func (s *Service) quote(ctx context.Context, riderID string, pickup, dropoff dis
 	}
 	q.Fare = dispatch.SurgedFare(dispatch.EstimateFare(s.fareParams(), pickup, dropoff), q.Multiplier)
 	if w, ok := dispatch.EstimateWait(rd.MatchDelayS, rd.NearestM, s.cfg.RoadFactor, s.cfg.AvgSpeedMPS); ok {
+		w = dispatch.Calibrate(w, rd.WaitCalibrationS)
 		q.Wait = &w
 	}
 	return q, nil
@@ -255,7 +261,7 @@ func (s *Service) Requested(ctx context.Context, q *Quote, rideID string) {
 
 // Wait predicts the remaining pickup wait of a ride waiting since since (its request or re-open):
 // the recent match delay less the time already waited (at least 0) plus the nearest driver's drive
-// (EstimateWait); nil when no driver is near.
+// (EstimateWait), calibrated (dispatch.Calibrate); nil when no driver is near.
 func (s *Service) Wait(ctx context.Context, pickup dispatch.Point, since time.Time) (*dispatch.WaitEstimate, error) {
 	rd, err := s.store.ReadSurge(ctx, false, "", dispatch.Area{}, s.cfg.SurgeWindow, SupplyBound, pickup, s.nearRadiusM())
 	if err != nil {
@@ -266,5 +272,6 @@ func (s *Service) Wait(ctx context.Context, pickup dispatch.Point, since time.Ti
 	if !ok {
 		return nil, nil
 	}
+	w = dispatch.Calibrate(w, rd.WaitCalibrationS)
 	return &w, nil
 }

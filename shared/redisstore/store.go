@@ -38,6 +38,9 @@
 //	P quote:{id}         a fare estimate's quote as JSON (shared/pricing.Quote): what order-create
 //	                     charges when the rider names it; TTL = quote validity
 //	P matchdelay         hash ewma (seconds from a ride's request to its accept, an EWMA), n (samples)
+//	P waitcal:{cell}:{hour}, P waitcal:city:{hour}
+//	                     hash e, n: the wait calibration of a cell (or the city) at an hour of day
+//	                     (RecordWaitError), TTL WaitCalibrationTTL
 //	P matchmode:{cell}   hash mode, since, at (unix ms, the matcher's clock): an area's adaptive
 //	                     matching mode (FLAGDOWN_MATCH_MODE=auto; see ReadArea), TTL AreaModeTTL
 //
