@@ -83,7 +83,7 @@ summary, when a count is not 0 or when the check could not run (--verify=false s
 	f.IntVar(&minutes, "minutes", int(o.Minutes), "replayed window, simulated minutes from its opening (--skip-minutes after the file's first pickup)")
 	f.Float64Var(&o.SkipMinutes, "skip-minutes", o.SkipMinutes, "simulated minutes after the file's first pickup the window opens; "+
 		"the trips that ended before it place the drivers (--driver-starts dropoffs-before)")
-	f.StringVar(&matchMode, "match-mode", "", "the platform's FLAGDOWN_MATCH_MODE (greedy or batch), for the summary; "+
+	f.StringVar(&matchMode, "match-mode", "", "the platform's FLAGDOWN_MATCH_MODE (greedy, batch or auto), for the summary; "+
 		"the replay cannot observe it (default: FLAGDOWN_MATCH_MODE of this environment, else greedy)")
 	f.Float64Var(&o.Speedup, "speedup", o.Speedup, "simulated seconds per wall second")
 	f.DurationVar(&o.PingInterval, "ping-interval", o.PingInterval, "driver ping interval, simulated time")

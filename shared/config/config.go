@@ -152,11 +152,11 @@ type Config struct {
 	RetryMaxAttempts int `env:"FLAGDOWN_RETRY_MAX_ATTEMPTS" envDefault:"8"`
 	// RetryBudget is the longest a ride may wait for a driver, from its request, before it becomes UNMATCHED.
 	RetryBudget time.Duration `env:"FLAGDOWN_RETRY_BUDGET" envDefault:"3m"`
-	// MatchMode is how rides are matched: MatchGreedy (each ride on its own, as its event arrives) or
+	// MatchMode is how rides are matched: MatchGreedy (each ride on its own, as its event arrives),
 	// MatchBatch (the rides to match within BatchWindow are assigned together, at the least total
-	// score; see shared/matching).
+	// score) or MatchAuto (per area and window, one or the other; see shared/matching).
 	MatchMode string `env:"FLAGDOWN_MATCH_MODE" envDefault:"greedy"`
-	// BatchWindow is, in batch mode, how long the first ride of a batch waits for others before the
+	// BatchWindow is, in batch and auto modes, how long the first ride of a batch waits for others before the
 	// batch is assigned (the batch timer's TTL); shorter than ReconcileGrace (Validate).
 	BatchWindow time.Duration `env:"FLAGDOWN_BATCH_WINDOW" envDefault:"2s"`
 	// ScoreMissPenaltyM: metres of pickup distance added per offer the driver let expire recently.
@@ -374,15 +374,18 @@ const (
 	// MatchBatch gathers the rides to match for FLAGDOWN_BATCH_WINDOW and assigns them together at
 	// the least total score (dispatch.Assign).
 	MatchBatch = "batch"
+	// MatchAuto chooses per area (the pickup's geohash cell) and per window between MatchGreedy and
+	// MatchBatch from the area's supply and demand (see shared/matching Decide).
+	MatchAuto = "auto"
 )
 
 // Validate checks the rules between values that the parser cannot.
 func (c *Config) Validate() error {
-	if c.MatchMode != MatchGreedy && c.MatchMode != MatchBatch {
-		return fmt.Errorf("config: FLAGDOWN_MATCH_MODE must be %s or %s", MatchGreedy, MatchBatch)
+	if c.MatchMode != MatchGreedy && c.MatchMode != MatchBatch && c.MatchMode != MatchAuto {
+		return fmt.Errorf("config: FLAGDOWN_MATCH_MODE must be %s, %s or %s", MatchGreedy, MatchBatch, MatchAuto)
 	}
-	if c.BatchWindow < 10*time.Millisecond || (c.MatchMode == MatchBatch && c.BatchWindow >= c.ReconcileGrace) {
-		return fmt.Errorf("config: FLAGDOWN_BATCH_WINDOW (%s) must be at least 10ms and, in batch mode, shorter than FLAGDOWN_RECONCILE_GRACE (%s): "+
+	if c.BatchWindow < 10*time.Millisecond || (c.MatchMode != MatchGreedy && c.BatchWindow >= c.ReconcileGrace) {
+		return fmt.Errorf("config: FLAGDOWN_BATCH_WINDOW (%s) must be at least 10ms and, in batch and auto modes, shorter than FLAGDOWN_RECONCILE_GRACE (%s): "+
 			"reconcile would otherwise match again the rides waiting for their window", c.BatchWindow, c.ReconcileGrace)
 	}
 	if c.SurgeMode != "off" && c.SurgeMode != "shadow" && c.SurgeMode != "on" {

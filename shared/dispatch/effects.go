@@ -26,6 +26,18 @@ type Effects struct {
 	// MatchDelaysS are the times from a ride's (re-)request to its accept, seconds on PostgreSQL's
 	// clock, to fold into the recent match delay of the wait estimate (EstimateWait).
 	MatchDelaysS []float64
+	// WaitErrors are the errors of the waits quoted to rides picked up, to fold into the wait
+	// calibration (FoldWaitError).
+	WaitErrors []WaitError
+}
+
+// WaitError is how far off the wait quoted to one ride was.
+type WaitError struct {
+	// Pickup is the ride's pickup and RequestedAt its request (the calibration's cell and hour).
+	Pickup      Point
+	RequestedAt time.Time
+	// ErrS is the actual time from request to pickup (the ride's start) less the quoted wait, seconds.
+	ErrS float64
 }
 
 // Add appends the effects of o to e.
@@ -38,11 +50,12 @@ func (e *Effects) Add(o Effects) {
 	e.Misses = append(e.Misses, o.Misses...)
 	e.Offline = append(e.Offline, o.Offline...)
 	e.MatchDelaysS = append(e.MatchDelaysS, o.MatchDelaysS...)
+	e.WaitErrors = append(e.WaitErrors, o.WaitErrors...)
 }
 
 // Empty reports whether e asks for nothing.
 func (e Effects) Empty() bool {
-	return len(e.Assignments)+len(e.ReleaseOffers)+len(e.RetryTimers)+len(e.ClearRetryTimers)+len(e.BatchJoins)+len(e.Misses)+len(e.Offline)+len(e.MatchDelaysS) == 0
+	return len(e.Assignments)+len(e.ReleaseOffers)+len(e.RetryTimers)+len(e.ClearRetryTimers)+len(e.BatchJoins)+len(e.Misses)+len(e.Offline)+len(e.MatchDelaysS)+len(e.WaitErrors) == 0
 }
 
 // Assignment is a driver's assignment as PostgreSQL holds it after a change (the driver_assignments

@@ -189,8 +189,43 @@ type WaitEstimate struct {
 	// DriveS is the nearest available driver's drive to the pickup: straight-line distance × road
 	// factor / average speed, seconds.
 	DriveS float64
-	// TotalS is MatchS + DriveS rounded to whole seconds.
+	// CalibrationS is the learned correction of the estimate, seconds (may be negative; 0 without
+	// data): the recent mean error of the waits quoted in the pickup's cell at this hour of day
+	// (WaitCalibration, Calibrate).
+	CalibrationS float64
+	// TotalS is MatchS + DriveS + CalibrationS rounded to whole seconds, at least 0.
 	TotalS float64
+}
+
+// WaitCalibrationAlpha is the weight of the newest error in a cell's wait calibration once it has
+// 1/α samples; before that each sample weighs 1/n, so the first samples give their plain mean and
+// the calibration is unbiased from the start. 0.05: about the last 20 pickups of the cell and hour.
+const WaitCalibrationAlpha = 0.05
+
+// WaitCalibrationMinSamples is how many pickups a cell needs at an hour of day before its own
+// calibration is used; below it the city's at that hour is.
+const WaitCalibrationMinSamples = 5
+
+// FoldWaitError is a calibration's next value after a ride quoted a wait off by errS seconds (the
+// actual request → pickup time minus the quoted one, which already held the calibration cur of n
+// samples): cur + max(α, 1/(n+1)) × errS. A quote with calibration c that is off by errS says the
+// right correction was c + errS, so the calibration is an exponentially weighted mean of the
+// residuals of the distance-based estimate (the estimate less its calibration).
+func FoldWaitError(cur float64, n int, errS float64) float64 {
+	if math.IsNaN(errS) || math.IsInf(errS, 0) {
+		return cur
+	}
+	return cur + math.Max(WaitCalibrationAlpha, 1/float64(n+1))*errS
+}
+
+// Calibrate is w with calibration calS (seconds) added: CalibrationS set, TotalS recomputed.
+func Calibrate(w WaitEstimate, calS float64) WaitEstimate {
+	if math.IsNaN(calS) || math.IsInf(calS, 0) {
+		calS = 0
+	}
+	w.CalibrationS = math.Round(calS*10) / 10
+	w.TotalS = math.Max(0, math.Round(w.MatchS+w.DriveS+calS))
+	return w
 }
 
 // MatchDelayAlpha is the weight of the newest sample in the EWMA of match delays: ewma ← α × delay

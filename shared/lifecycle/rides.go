@@ -1,6 +1,8 @@
 package lifecycle
 
 import (
+	"time"
+
 	"context"
 	"errors"
 	"math"
@@ -145,6 +147,9 @@ func (s *Service) Act(ctx context.Context, id string, action dispatch.Action, ac
 		if err != nil {
 			return err
 		}
+		if w, ok := waitError(ride, to, at); ok {
+			fx.WaitErrors = append(fx.WaitErrors, w)
+		}
 		if ride.DriverID != "" {
 			var a dispatch.Assignment
 			switch to {
@@ -194,4 +199,15 @@ func (s *Service) decline(ctx context.Context, tx pgx.Tx, ride *dispatch.Ride, d
 		Data: events.RideOfferDeclinedData{RideID: ride.ID, OfferID: offer.ID, DriverID: driverID},
 	})
 	return err
+}
+
+// waitError is the error of the wait quoted to ride when it moves to status to at at (PostgreSQL's
+// clock): when it starts (the driver picked the rider up) having been quoted a wait and matched in
+// one round (never re-opened: the quote was for its first round), the time from its request to the
+// start less the quoted wait. It feeds the wait calibration (dispatch.FoldWaitError).
+func waitError(ride *dispatch.Ride, to dispatch.RideStatus, at time.Time) (dispatch.WaitError, bool) {
+	if to != dispatch.RideInProgress || ride.QuotedWaitS == nil || ride.CreatedAt.IsZero() || !ride.MatchStartedAt.Equal(ride.CreatedAt) {
+		return dispatch.WaitError{}, false
+	}
+	return dispatch.WaitError{Pickup: ride.Pickup, RequestedAt: ride.CreatedAt, ErrS: at.Sub(ride.CreatedAt).Seconds() - *ride.QuotedWaitS}, true
 }

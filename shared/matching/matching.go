@@ -32,6 +32,7 @@ package matching
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
@@ -45,8 +46,13 @@ const OutcomeJoined = "joined"
 
 // Params are the matching rules, read once from the configuration (ParamsFrom).
 type Params struct {
-	// Mode is config.MatchGreedy or config.MatchBatch (FLAGDOWN_MATCH_MODE).
+	// Mode is config.MatchGreedy, config.MatchBatch or config.MatchAuto (FLAGDOWN_MATCH_MODE).
 	Mode string
+	// BatchWindow is how long a batch window lasts (FLAGDOWN_BATCH_WINDOW); in auto mode an area is
+	// decided at most once per window.
+	BatchWindow time.Duration
+	// Auto are the thresholds of auto mode (DefaultAutoParams).
+	Auto AutoParams
 	// RadiiM are the search radii in metres, smallest first (FLAGDOWN_SEARCH_RADII_M; see Radii).
 	RadiiM []float64
 	// SearchCount is how many nearest drivers one ring search returns, before the drivers left out
@@ -62,7 +68,7 @@ type Params struct {
 // ParamsFrom returns the matching rules of c.
 func ParamsFrom(c *config.Config) Params {
 	return Params{
-		Mode: c.MatchMode, RadiiM: c.SearchRadiiM, SearchCount: c.SearchCount, MinCandidates: c.MinCandidates,
+		Mode: c.MatchMode, BatchWindow: c.BatchWindow, Auto: DefaultAutoParams(), RadiiM: c.SearchRadiiM, SearchCount: c.SearchCount, MinCandidates: c.MinCandidates,
 		Score: dispatch.ScoreParams{
 			IdleBonusMPerMin: c.ScoreIdleBonusMPerMin, IdleCapMin: c.ScoreIdleCapMin,
 			RatingBonusM: c.ScoreRatingBonusM, DefaultRating: c.DefaultRating,
@@ -97,12 +103,17 @@ type Matcher struct {
 	log     *slog.Logger
 	p       Params
 	planner Planner
+	now     func() time.Time
 }
 
 // New returns a Matcher searching store, changing rides through lc, logging to log, under the
-// rules p; batch windows are assigned by LeastTotalScore.
+// rules p; batch windows are assigned by LeastTotalScore, in auto mode by WaitWeighted.
 func New(store *redisstore.Store, lc Lifecycle, log *slog.Logger, p Params) *Matcher {
-	return &Matcher{store: store, lc: lc, log: log, p: p, planner: LeastTotalScore{Score: p.Score}}
+	var planner Planner = LeastTotalScore{Score: p.Score}
+	if p.Mode == config.MatchAuto {
+		planner = WaitWeighted{Score: p.Score, WeightMPerS: p.Auto.WaitWeightMPerS, CapS: p.Auto.WaitCapS}
+	}
+	return &Matcher{store: store, lc: lc, log: log, p: p, planner: planner, now: time.Now}
 }
 
 // Result is what one ride event's match did.
@@ -118,9 +129,14 @@ type Result struct {
 // MatchRide handles one ride event ev for rideID: in greedy mode one match attempt through
 // Lifecycle Match with the greedy search (outcomes lifecycle.MatchOffered, MatchNoDriver,
 // MatchUnmatched, MatchDuplicate, MatchNotNeeded); in batch mode the ride joins the next window
-// (OutcomeJoined). joinsWindow is where the choice between the two is made, per ride.
+// (OutcomeJoined); in auto mode its area decides (decideAuto). joinsWindow is where the choice
+// between the two is made, per ride.
 func (m *Matcher) MatchRide(ctx context.Context, rideID string, ev *lifecycle.EventRef) (Result, error) {
-	if m.joinsWindow() {
+	join, err := m.joinsWindow(ctx, rideID)
+	if err != nil {
+		return Result{}, err
+	}
+	if join {
 		if err := m.lc.JoinBatch(ctx, rideID); err != nil {
 			return Result{}, err
 		}
@@ -143,9 +159,22 @@ func (m *Matcher) MatchRide(ctx context.Context, rideID string, ev *lifecycle.Ev
 	return res, nil
 }
 
-// joinsWindow reports whether a ride event puts the ride into the next batch window rather than
-// offering it at once: FLAGDOWN_MATCH_MODE=batch.
-func (m *Matcher) joinsWindow() bool { return m.p.Mode == config.MatchBatch }
+// joinsWindow reports whether a ride event puts ride rideID into the next batch window rather than
+// offering it at once: always with FLAGDOWN_MATCH_MODE=batch, never with greedy, and with auto as
+// the ride's area decides (decideAuto; a ride no longer to match is left to Match, which says so).
+func (m *Matcher) joinsWindow(ctx context.Context, rideID string) (bool, error) {
+	switch m.p.Mode {
+	case config.MatchBatch:
+		return true, nil
+	case config.MatchAuto:
+		rides, _, err := m.lc.RidesToMatch(ctx, []string{rideID})
+		if err != nil || len(rides) == 0 {
+			return false, err
+		}
+		return m.decideAuto(ctx, rides[0])
+	}
+	return false, nil
+}
 
 // liveOffer is the offer of ride to a driver distanceM metres from its pickup, as the offer lock
 // holds it and the driver is shown it, for the window win.

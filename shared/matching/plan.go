@@ -14,6 +14,8 @@ type Input struct {
 	// Candidates are each ride's candidates (same index as Rides), ranked best first by
 	// dispatch.Rank; a ride with none cannot be assigned.
 	Candidates [][]dispatch.Candidate
+	// Now is when the round is planned, for planners that weigh how long rides have waited.
+	Now time.Time
 }
 
 // Plan is a Planner's answer for one Input.
@@ -28,8 +30,8 @@ type Plan struct {
 }
 
 // Planner assigns drivers to the rides of one batch window round. Implementations are pure: they
-// read nothing but in. LeastTotalScore is batch mode's; one that weighs rides by how long they have
-// waited, for a mode choosing per area between greedy and batch, would be another.
+// read nothing but in. LeastTotalScore is batch mode's; WaitWeighted, which weighs rides by how
+// long they have waited, auto mode's.
 type Planner interface {
 	Plan(in Input) Plan
 }
@@ -50,6 +52,50 @@ func (l LeastTotalScore) Plan(in Input) Plan {
 	for i, j := range asg.DriverOf {
 		if j >= 0 {
 			p.Driver[i] = drivers[j]
+		}
+	}
+	return p
+}
+
+// WaitWeighted is the planner of auto mode: LeastTotalScore's rule (the most rides served, then the
+// least total cost) over scores discounted by how long each ride has waited since its request,
+// WeightMPerS metres per second up to CapS seconds. Among the assignments serving the most rides the
+// discount of a ride counts only when it is served, so when supply is short the rides that waited
+// longest are the ones served, and a ride passed over window after window is not starved by newer
+// rides nearer the drivers; the pairs among the rides served are those of LeastTotalScore.
+type WaitWeighted struct {
+	// Score weighs the pairs.
+	Score dispatch.ScoreParams
+	// WeightMPerS is the discount, metres of score per second waited (≥ 0); CapS the most seconds
+	// counted.
+	WeightMPerS, CapS float64
+}
+
+// Plan assigns in's rides at the least total discounted cost among the assignments serving the most
+// rides; Plan.CostM is the undiscounted score of the pairs chosen.
+func (w WaitWeighted) Plan(in Input) Plan {
+	cost, drivers := dispatch.BatchCosts(w.Score, in.Candidates)
+	for i, row := range cost {
+		waited := 0.0
+		if r := in.Rides[i]; !r.CreatedAt.IsZero() && !in.Now.IsZero() {
+			waited = min(max(0, in.Now.Sub(r.CreatedAt).Seconds()), w.CapS)
+		}
+		for j := range row {
+			row[j] -= w.WeightMPerS * waited // +Inf (forbidden) stays +Inf
+		}
+	}
+	asg := dispatch.Assign(cost)
+	p := Plan{Driver: make([]string, len(in.Rides)), Assigned: asg.Assigned}
+	for i, j := range asg.DriverOf {
+		if j < 0 {
+			continue
+		}
+		p.Driver[i] = drivers[j]
+		for _, c := range in.Candidates[i] {
+			if c.DriverID == drivers[j] {
+				p.CostM += dispatch.Score(w.Score, c)
+				break
+			}
 		}
 	}
 	return p
@@ -107,7 +153,7 @@ func planRounds(planner Planner, score dispatch.ScoreParams, rides []*dispatch.R
 			return w, err
 		}
 		t1 := time.Now()
-		in := Input{Rides: make([]*dispatch.Ride, len(todo)), Candidates: cands}
+		in := Input{Rides: make([]*dispatch.Ride, len(todo)), Candidates: cands, Now: t1}
 		for k, i := range todo {
 			in.Rides[k] = rides[i]
 		}

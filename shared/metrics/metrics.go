@@ -55,6 +55,14 @@ var (
 		Buckets: latencyBuckets,
 	}, []string{"outcome"})
 
+	// MatchModeDecisions counts the choices of FLAGDOWN_MATCH_MODE=auto, by mode (greedy, batch)
+	// and reason (lone, ample, scarce, slow, hold, dwell; see shared/matching Decide): one per area
+	// and batch window, plus one per ride offered at once for having at most one candidate (lone).
+	MatchModeDecisions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flagdown_match_mode_decisions_total",
+		Help: "Auto matching mode decisions, by mode (greedy, batch) and reason (lone, ample, scarce, slow, hold, dwell).",
+	}, []string{"mode", "reason"})
+
 	// OfferResponses counts offers closed by their driver or their window: accepted, declined,
 	// timed_out.
 	OfferResponses = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -141,6 +149,7 @@ var Families = []string{
 	"flagdown_http_request_duration_seconds",
 	"flagdown_match_outcomes_total",
 	"flagdown_match_duration_seconds",
+	"flagdown_match_mode_decisions_total",
 	"flagdown_offer_responses_total",
 	"flagdown_timer_lateness_seconds",
 	"flagdown_outbox_lag_seconds",
@@ -162,7 +171,7 @@ var Families = []string{
 // which a platform registers itself with FleetCollector).
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		HTTPRequests, HTTPDuration, MatchOutcomes, MatchDuration, OfferResponses, TimerLateness,
+		HTTPRequests, HTTPDuration, MatchOutcomes, MatchDuration, MatchModeDecisions, OfferResponses, TimerLateness,
 		OutboxPublished, TriggerDeliveries, TriggerRetries, TriggerDeadLetters, ReconcileRepairs,
 		Pings, HailPresses, SurgeMultiplier, PushMessages, EventsRefused,
 	}

@@ -26,6 +26,7 @@ func touchAll() {
 	metrics.HTTPDuration.WithLabelValues("lint", "200")
 	metrics.MatchOutcomes.WithLabelValues("lint")
 	metrics.MatchDuration.WithLabelValues("lint")
+	metrics.MatchModeDecisions.WithLabelValues("lint", "lint")
 	metrics.OfferResponses.WithLabelValues("lint")
 	metrics.TimerLateness.WithLabelValues("lint")
 	metrics.TriggerDeliveries.WithLabelValues("lint")

@@ -19,10 +19,14 @@
 //
 // Wait estimate (dispatch.EstimateWait): the recent match delay (an EWMA of request → accept over
 // accepts, kept in Redis, fed by lifecycle's accept) + the nearest available driver's straight-line
-// distance × FLAGDOWN_ROAD_FACTOR / FLAGDOWN_AVG_SPEED_MPS, searched within the largest match radius.
-// A rider reads it, so it is the rider view (dispatch.RiderCell): the distance is to the nearest
-// driver's cell centre (nearestCellM) and every part is rounded to dispatch.RiderWaitStepS
-// (dispatch.RiderWait), so no series of estimates locates a driver closer than his cell.
+// distance × FLAGDOWN_ROAD_FACTOR / FLAGDOWN_AVG_SPEED_MPS, searched within the largest match radius,
+// + the calibration learned from what happened (dispatch.Calibrate): the exponentially weighted mean
+// error of the waits quoted in the pickup's cell at this hour of day (the city's below
+// dispatch.WaitCalibrationMinSamples pickups), fed by lifecycle when a quoted ride starts
+// (redisstore.RecordWaitError). A rider reads it, so it is the rider view (dispatch.RiderCell): the
+// distance is to the nearest driver's cell centre (nearestCellM) and the calibrated estimate is
+// rounded to dispatch.RiderWaitStepS (dispatch.RiderWait), so no series of estimates locates a driver
+// closer than his cell.
 package pricing
 
 import (
@@ -151,7 +155,7 @@ func (s *Service) quote(ctx context.Context, riderID string, pickup, dropoff dis
 		return nil, err
 	}
 	if w, ok := dispatch.EstimateWait(rd.MatchDelayS, near, s.cfg.RoadFactor, s.cfg.AvgSpeedMPS); ok {
-		w = dispatch.RiderWait(w)
+		w = dispatch.RiderWait(dispatch.Calibrate(w, rd.WaitCalibrationS))
 		q.Wait = &w
 	}
 	return q, nil
@@ -285,7 +289,8 @@ func (s *Service) Requested(ctx context.Context, q *Quote, rideID string) {
 
 // Wait predicts the remaining pickup wait of a ride waiting since since (its request or re-open):
 // the recent match delay less the time already waited (at least 0) plus the nearest driver's drive
-// (EstimateWait), in the rider view (dispatch.RiderWait); nil when no driver is near.
+// (EstimateWait), calibrated (dispatch.Calibrate) and in the rider view (dispatch.RiderWait); nil
+// when no driver is near.
 func (s *Service) Wait(ctx context.Context, pickup dispatch.Point, since time.Time) (*dispatch.WaitEstimate, error) {
 	rd, err := s.store.ReadSurge(ctx, false, "", dispatch.Area{}, s.cfg.SurgeWindow, SupplyBound, pickup, s.nearRadiusM())
 	if err != nil {
@@ -300,6 +305,6 @@ func (s *Service) Wait(ctx context.Context, pickup dispatch.Point, since time.Ti
 	if !ok {
 		return nil, nil
 	}
-	w = dispatch.RiderWait(w)
+	w = dispatch.RiderWait(dispatch.Calibrate(w, rd.WaitCalibrationS))
 	return &w, nil
 }

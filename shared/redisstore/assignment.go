@@ -137,6 +137,11 @@ func (s *Store) Apply(ctx context.Context, fx dispatch.Effects) (ApplyReport, er
 			errs = append(errs, fmt.Errorf("record match delay: %w", err))
 		}
 	}
+	for _, w := range fx.WaitErrors {
+		if err := s.RecordWaitError(ctx, w.Pickup, w.RequestedAt, w.ErrS); err != nil {
+			errs = append(errs, fmt.Errorf("record wait error: %w", err))
+		}
+	}
 	if len(errs) > 0 {
 		return rep, dispatch.Unavailable("redis", errors.Join(errs...))
 	}

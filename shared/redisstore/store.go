@@ -41,6 +41,11 @@
 //	                     source's sweeper (MarkHealthy, health.lua) and read by every liveness
 //	                     decision (lapse.lua); no TTL: its absence means a new generation
 //	P matchdelay         hash ewma (seconds from a ride's request to its accept, an EWMA), n (samples)
+//	P waitcal:{cell}:{hour}, P waitcal:city:{hour}
+//	                     hash e, n: the wait calibration of a cell (or the city) at an hour of day
+//	                     (RecordWaitError), TTL WaitCalibrationTTL
+//	P matchmode:{cell}   hash mode, since, at (unix ms, the matcher's clock): an area's adaptive
+//	                     matching mode (FLAGDOWN_MATCH_MODE=auto; see ReadArea), TTL AreaModeTTL
 //
 // Redis is a projection of PostgreSQL that cannot go backwards: a driver's ride changes only
 // through ApplyAssignment, compare-and-set on the epoch PostgreSQL gave the change (see

@@ -61,11 +61,15 @@ type SurgeRead struct {
 	NearestM float64
 	// MatchDelayS is the recent match delay (RecordMatchDelay), seconds; 0 before any accept.
 	MatchDelayS float64
+	// WaitCalibrationS is the wait calibration of the pickup's cell (or the city's) at this hour
+	// of day (RecordWaitError), seconds; 0 without data.
+	WaitCalibrationS float64
 }
 
 // ReadSurge reads, in one pipelined round trip: the demand of cell within window, the available
 // drivers inside box (GEOSEARCH BYBOX COUNT supplyBound), the cell's stored multiplier, the
-// nearest available driver within nearRadiusM metres of pickup, and the recent match delay. With
+// nearest available driver within nearRadiusM metres of pickup, the recent match delay and the wait
+// calibration of the pickup's cell at this hour of day (the host's clock, UTC). With
 // surge false the cell is not read (Load, Prev stay 0; surge off). Drivers whose heartbeat expired
 // stay in the GEO set until the expiry is handled (seconds), so supply and the nearest driver may
 // count one who just left.
@@ -89,10 +93,11 @@ func (s *Store) ReadSurge(ctx context.Context, surge bool, cell string, box disp
 		WithDist:       true,
 	})
 	delay := pipe.HGet(ctx, s.matchDelayKey(), "ewma")
+	cal := s.waitCalCmds(ctx, pipe, pickup, time.Now())
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return SurgeRead{}, unavailable(err)
 	}
-	out := SurgeRead{NearestM: -1}
+	out := SurgeRead{NearestM: -1, WaitCalibrationS: waitCalOf(cal)}
 	if surge {
 		v, err := demand.Int64Slice()
 		if err != nil || len(v) != 2 {

@@ -51,7 +51,7 @@ type Options struct {
 	// (≥ 0). The trips of those minutes are not replayed; the dropoffs of those that ended before the
 	// window opens place the drivers (StartsDropoffsBefore). DefaultOptions: DefaultSkipMinutes.
 	SkipMinutes float64
-	// MatchMode names the platform's matching mode (FLAGDOWN_MATCH_MODE: "greedy" or "batch") for
+	// MatchMode names the platform's matching mode (FLAGDOWN_MATCH_MODE: "greedy", "batch" or "auto") for
 	// the summary. The replay cannot observe it: it is what the replay was told the platform runs
 	// with (flagdown replay: --match-mode, default the FLAGDOWN_MATCH_MODE of its own environment,
 	// which make demo shares with flagdown dev). DefaultOptions: "greedy".
@@ -172,8 +172,8 @@ func (o *Options) validate() error {
 		return errors.New("minutes must be > 0")
 	case !(o.SkipMinutes >= 0) || math.IsInf(o.SkipMinutes, 0):
 		return errors.New("skip-minutes must be ≥ 0")
-	case o.MatchMode != MatchModeGreedy && o.MatchMode != MatchModeBatch:
-		return fmt.Errorf("match-mode %q: want %s or %s", o.MatchMode, MatchModeGreedy, MatchModeBatch)
+	case o.MatchMode != MatchModeGreedy && o.MatchMode != MatchModeBatch && o.MatchMode != MatchModeAuto:
+		return fmt.Errorf("match-mode %q: want %s, %s or %s", o.MatchMode, MatchModeGreedy, MatchModeBatch, MatchModeAuto)
 	case !(o.Speedup > 0) || math.IsInf(o.Speedup, 0):
 		return errors.New("speedup must be > 0")
 	case o.PingInterval <= 0:

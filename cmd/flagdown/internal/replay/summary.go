@@ -56,6 +56,9 @@ const (
 	// MatchModeBatch: the rides to match within FLAGDOWN_BATCH_WINDOW are assigned together at the
 	// least total score (shared/matching, dispatch.Assign).
 	MatchModeBatch = "batch"
+	// MatchModeAuto: per area and window, greedy while supply is ample and batch while it is scarce
+	// (shared/matching, Decide).
+	MatchModeAuto = "auto"
 )
 
 // DefaultSkipMinutes is the default of Options.SkipMinutes (--skip-minutes). On the demo file

@@ -1,0 +1,46 @@
+package dispatch_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/flagdown/flagdown/shared/dispatch"
+)
+
+// TestFoldWaitErrorIsUnbiased: quotes whose distance-based part is always 40 s short, folded one
+// by one with the calibration each quote held, converge to a 40 s calibration; the first samples
+// give their plain mean.
+func TestFoldWaitErrorIsUnbiased(t *testing.T) {
+	t.Parallel()
+	if got := dispatch.FoldWaitError(0, 0, 30); got != 30 {
+		t.Errorf("first sample: %.2f, want 30 (its own value)", got)
+	}
+	if got := dispatch.FoldWaitError(30, 1, 10); got != 35 {
+		t.Errorf("second sample: %.2f, want 35 (a quote holding 30 was 10 short: residuals 30 and 40)", got)
+	}
+	cal := 0.0
+	for n := range 200 {
+		base := 60.0
+		actual := base + 40 + float64(n%7-3) // ±3 s of noise around a 40 s residual
+		quoted := dispatch.Calibrate(dispatch.WaitEstimate{DriveS: base}, cal).TotalS
+		cal = dispatch.FoldWaitError(cal, n, actual-quoted)
+	}
+	if math.Abs(cal-40) > 2.5 {
+		t.Errorf("calibration after 200 pickups %.1f s, want 40 ± 2.5", cal)
+	}
+	if got := dispatch.FoldWaitError(5, 3, math.NaN()); got != 5 {
+		t.Errorf("NaN error folded: %.2f, want 5 unchanged", got)
+	}
+}
+
+// TestCalibrate: the calibration is added to the total, which stays ≥ 0.
+func TestCalibrate(t *testing.T) {
+	t.Parallel()
+	w := dispatch.Calibrate(dispatch.WaitEstimate{MatchS: 20, DriveS: 100, TotalS: 120}, -35.26)
+	if w.TotalS != 85 || w.CalibrationS != -35.3 {
+		t.Errorf("%+v, want total 85 s, calibration -35.3 s", w)
+	}
+	if w := dispatch.Calibrate(dispatch.WaitEstimate{DriveS: 10}, -50); w.TotalS != 0 {
+		t.Errorf("%+v, want total 0, never negative", w)
+	}
+}
