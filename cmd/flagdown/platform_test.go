@@ -216,7 +216,7 @@ func TestReplayPreflight(t *testing.T) {
 
 // tightTimeouts shortens every timer so timeouts happen within a short replay.
 func tightTimeouts(c *config.Config) {
-	c.OfferWindow, c.HeartbeatTTL = 2*time.Second, 3*time.Second
+	c.OfferWindow, c.HeartbeatTTL, c.MaxClockSkew = 2*time.Second, 3*time.Second, time.Second
 	c.RetryBase, c.RetryMaxWait, c.RetryMaxAttempts, c.RetryBudget = 500*time.Millisecond, time.Second, 4, 8*time.Second
 	c.ReconcileInterval, c.ReconcileGrace = 2*time.Second, time.Second
 }
