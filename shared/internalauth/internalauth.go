@@ -32,7 +32,6 @@
 package internalauth
 
 import (
-	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
