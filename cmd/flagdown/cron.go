@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"time"
@@ -9,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/internalauth"
 )
 
 func newCronCmd() *cobra.Command {
@@ -45,4 +49,45 @@ Knative PingSource can send a credential from a Secret.`,
 	cmd.Flags().StringVar(&url, "url", "http://127.0.0.1:8080/function/reconcile", "endpoint to POST to")
 	cmd.Flags().DurationVar(&timeout, "timeout", 55*time.Second, "bound of the call")
 	return cmd
+}
+
+// cron calls url with POST every interval until ctx ends, like the flagdown-reconcile-cron CronJob
+// of a cluster (`flagdown cron`), with the internal token of keys (Authorization: Bearer);
+// failures are logged and the next tick tries again.
+func cron(ctx context.Context, url string, interval time.Duration, keys *internalauth.Tokens, log *slog.Logger) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		status, body, err := callInternal(ctx, http.DefaultClient, url, keys)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Error("cron call failed", "url", url, "err", err)
+		case err == nil && status/100 != 2:
+			log.Error("cron call failed", "url", url, "status", status, "body", string(body))
+		}
+	}
+}
+
+// callInternal POSTs an empty body to url with the internal token of keys and returns the
+// status and the first 4 KiB of the answer.
+func callInternal(ctx context.Context, hc *http.Client, url string, keys *internalauth.Tokens) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := keys.SetBearer(req); err != nil {
+		return 0, nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, body, nil
 }

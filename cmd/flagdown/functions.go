@@ -1,11 +1,9 @@
+//go:build !production
+
 package main
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -25,7 +23,6 @@ import (
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/httpx"
-	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/metrics"
 )
 
@@ -49,47 +46,6 @@ var functionSet = []struct {
 	{"notify", func(d *app.Deps) http.Handler { return notify.New(d) }},
 	{"devices", func(d *app.Deps) http.Handler { return devices.New(d) }},
 	{"ops-map", func(d *app.Deps) http.Handler { return opsmap.New(d.Deps) }},
-}
-
-// cron calls url with POST every interval until ctx ends, like the flagdown-reconcile-cron CronJob
-// of a cluster (`flagdown cron`), with the internal token of keys (Authorization: Bearer);
-// failures are logged and the next tick tries again.
-func cron(ctx context.Context, url string, interval time.Duration, keys *internalauth.Tokens, log *slog.Logger) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		status, body, err := callInternal(ctx, http.DefaultClient, url, keys)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			log.Error("cron call failed", "url", url, "err", err)
-		case err == nil && status/100 != 2:
-			log.Error("cron call failed", "url", url, "status", status, "body", string(body))
-		}
-	}
-}
-
-// callInternal POSTs an empty body to url with the internal token of keys and returns the
-// status and the first 4 KiB of the answer.
-func callInternal(ctx context.Context, hc *http.Client, url string, keys *internalauth.Tokens) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
-	if err != nil {
-		return 0, nil, err
-	}
-	if err := keys.SetBearer(req); err != nil {
-		return 0, nil, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	return resp.StatusCode, body, nil
 }
 
 // gateway mounts every function under /function/<name> like the OpenFaaS gateway: the function

@@ -10,6 +10,11 @@
 //	flagdown cron           call an internal endpoint (reconcile) once with the internal credential
 //	flagdown token          mint a client token (HS256 with FLAGDOWN_JWT_SECRET) for local use
 //	flagdown bench          measure flagdown beside the raw ceilings of its Redis and PostgreSQL, as ratios (make bench)
+//	flagdown keygen         write the event key pair and the internal token as secret files (mode 0600)
+//
+// Built with -tags production (the images of deploy/docker/Dockerfile) it carries only the
+// production commands: migrate, relay, expiry-source, cron, verify and keygen; dev, replay, chaos,
+// token and bench are for development machines (commands_dev.go).
 package main
 
 import (
@@ -29,7 +34,8 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newDevCmd(), newMigrateCmd(), newReplayCmd(), newExpirySourceCmd(), newRelayCmd(), newVerifyCmd(), newChaosCmd(), newCronCmd(), newTokenCmd(), newBenchCmd(), newKeygenCmd())
+	root.AddCommand(newMigrateCmd(), newExpirySourceCmd(), newRelayCmd(), newVerifyCmd(), newCronCmd(), newKeygenCmd())
+	root.AddCommand(devCommands()...)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := root.ExecuteContext(ctx); err != nil {

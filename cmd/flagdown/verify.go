@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/invariants"
 	"github.com/flagdown/flagdown/shared/logging"
 )
@@ -64,7 +64,7 @@ func newVerifyCmd() *cobra.Command {
 // verifyDeployment opens PostgreSQL and Redis as cfg says and runs invariants.Check with grace.
 func verifyDeployment(ctx context.Context, cfg *config.Config, grace time.Duration) (invariants.Report, error) {
 	openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	d, err := app.Open(openCtx, cfg, logging.Discard())
+	d, err := host.Open(openCtx, cfg, logging.Discard())
 	cancel()
 	if err != nil {
 		return invariants.Report{}, fmt.Errorf("verify: %w", err)

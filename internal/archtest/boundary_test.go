@@ -233,3 +233,33 @@ func shortChain(chain []string) string {
 	}
 	return strings.Join(s, " → ")
 }
+
+// TestProductionImageCarriesNoDevTools: `flagdown` built with -tags production (the images of
+// deploy/docker/Dockerfile: relay, expiry-source, migrate, cron) links none of the dev tools — the
+// local platform and its functions, the replay, chaos, bench, the local WebSocket gateway, the
+// browser driver — nor push and the AWS SDK. (shared/broker still links the NATS server package
+// for its embedded broker; moving that behind the tag is left to do.)
+func TestProductionImageCarriesNoDevTools(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", "-tags", "production", "./cmd/flagdown")
+	cmd.Dir = repoRoot
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps -tags production ./cmd/flagdown: %v", err)
+	}
+	dev := []string{module + "/functions/", module + "/cmd/flagdown/internal/", "github.com/chromedp/"}
+	n := 0
+	for _, p := range strings.Fields(string(out)) {
+		n++
+		if forbidden(p) {
+			t.Errorf("the production build links %s", p)
+		}
+		for _, d := range dev {
+			if strings.HasPrefix(p, d) {
+				t.Errorf("the production build links the dev tool %s", p)
+			}
+		}
+	}
+	if n < 50 {
+		t.Fatalf("go list found %d packages, want the whole build", n)
+	}
+}

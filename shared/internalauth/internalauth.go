@@ -32,7 +32,6 @@
 package internalauth
 
 import (
-	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
@@ -228,17 +227,6 @@ func (s *Signer) Sign(e *event.Event) error {
 	}
 	e.SetExtension(Extension, sig)
 	return nil
-}
-
-// Signed returns a publish function that signs each event (Sign) and hands it to publish; an event
-// that cannot be signed is not published. The relay and the expiry source publish through it.
-func Signed(s *Signer, publish func(context.Context, event.Event) error) func(context.Context, event.Event) error {
-	return func(ctx context.Context, e event.Event) error {
-		if err := s.Sign(&e); err != nil {
-			return err
-		}
-		return publish(ctx, e)
-	}
 }
 
 // extensionString returns e's extension name as a string ("" when unset or not a string).
