@@ -44,3 +44,23 @@ func TestCalibrate(t *testing.T) {
 		t.Errorf("%+v, want total 0, never negative", w)
 	}
 }
+
+// TestRiderWaitKeepsCalibration: the rider is quoted the calibrated wait, in whole steps of
+// RiderWaitStepS (the calibration is rounded on its own, so the parts still say nothing finer
+// about a driver's position than the rounded drive).
+func TestRiderWaitKeepsCalibration(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cal, wantCal, wantTotal float64
+	}{
+		{cal: 40, wantCal: 45, wantTotal: 165},   // 30 + 90 + 45
+		{cal: -37, wantCal: -30, wantTotal: 90},  // 30 + 90 - 30
+		{cal: -500, wantCal: -495, wantTotal: 0}, // never negative
+		{cal: 0, wantCal: 0, wantTotal: 120},
+	} {
+		w := dispatch.RiderWait(dispatch.Calibrate(dispatch.WaitEstimate{MatchS: 31, DriveS: 94}, c.cal))
+		if w.TotalS != c.wantTotal || w.CalibrationS != c.wantCal || w.MatchS != 30 || w.DriveS != 90 {
+			t.Errorf("calibration %.0f: %+v, want match 30, drive 90, calibration %.0f, total %.0f", c.cal, w, c.wantCal, c.wantTotal)
+		}
+	}
+}
