@@ -63,15 +63,18 @@ type Response struct {
 	SurgeMultiplier float64 `json:"surge_multiplier"`
 	// SurgeComputed is the pickup cell's multiplier (what mode on charges); left out when surge is off.
 	SurgeComputed *float64 `json:"surge_computed,omitempty"`
-	// EstWaitS is the predicted pickup wait, seconds: WaitMatchS + WaitDriveS. The three are in
-	// whole steps of dispatch.RiderWaitStepS (the rider view, dispatch.RiderWait) and are left out
-	// when no available driver is within the largest match radius.
+	// EstWaitS is the predicted pickup wait, seconds: WaitMatchS + WaitDriveS + WaitCalibrationS, at
+	// least 0. The four are in whole steps of dispatch.RiderWaitStepS (the rider view,
+	// dispatch.RiderWait) and are left out when no available driver is within the largest match
+	// radius.
 	EstWaitS *float64 `json:"est_wait_s,omitempty"`
 	// WaitMatchS is the recent time from request to accept, seconds.
 	WaitMatchS *float64 `json:"wait_match_s,omitempty"`
 	// WaitDriveS is the drive to the pickup from the nearest centre of an available driver's cell
 	// (dispatch.RiderCell), seconds.
 	WaitDriveS *float64 `json:"wait_drive_s,omitempty"`
+	// WaitCalibrationS is the learned correction (dispatch.Calibrate), seconds, may be negative.
+	WaitCalibrationS *float64 `json:"wait_calibration_s,omitempty"`
 }
 
 // ServeHTTP handles GET /function/fare-estimate.
@@ -105,6 +108,7 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 			SurgeMode: q.Mode, SurgeMultiplier: q.Multiplier, SurgeComputed: q.Computed}
 		if q.Wait != nil {
 			out.EstWaitS, out.WaitMatchS, out.WaitDriveS = &q.Wait.TotalS, &q.Wait.MatchS, &q.Wait.DriveS
+			out.WaitCalibrationS = &q.Wait.CalibrationS
 		}
 		return http.StatusOK, out, nil
 	})

@@ -61,9 +61,17 @@ func RoundWaitS(s float64) float64 {
 	return math.Round(s/RiderWaitStepS) * RiderWaitStepS
 }
 
-// RiderWait is w as a rider is quoted it: each part rounded with RoundWaitS, the total from the
-// rounded parts.
+// RiderWait is w as a rider is quoted it: the match and drive parts rounded with RoundWaitS, the
+// calibration (which depends on the cell and the hour, never on a driver) rounded to the nearest
+// multiple of RiderWaitStepS with its sign, and the total the sum of the rounded parts, at least 0.
 func RiderWait(w WaitEstimate) WaitEstimate {
 	m, d := RoundWaitS(w.MatchS), RoundWaitS(w.DriveS)
-	return WaitEstimate{MatchS: m, DriveS: d, TotalS: m + d}
+	c := 0.0
+	if !math.IsNaN(w.CalibrationS) && !math.IsInf(w.CalibrationS, 0) {
+		c = math.Round(w.CalibrationS/RiderWaitStepS) * RiderWaitStepS
+	}
+	if c == 0 {
+		c = 0 // no negative zero in the answer
+	}
+	return WaitEstimate{MatchS: m, DriveS: d, CalibrationS: c, TotalS: math.Max(0, m+d+c)}
 }
