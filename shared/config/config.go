@@ -105,6 +105,13 @@ type Config struct {
 	RoadFactor float64 `env:"FLAGDOWN_ROAD_FACTOR" envDefault:"1.3"`
 	// AvgSpeedMPS is the average city driving speed used for the duration estimate, metres per second.
 	AvgSpeedMPS float64 `env:"FLAGDOWN_AVG_SPEED_MPS" envDefault:"7"`
+	// SimSpeedup is how many of the riders' seconds pass per second of the platform's clock: 1 in a
+	// real city; a replay's --speedup when `flagdown replay` drives the platform in simulated time
+	// (its drivers drive, and its riders wait, that many times faster than the platform's clock
+	// runs). The wait estimate is in the riders' seconds (dispatch.RiderSeconds): its match part
+	// and the observed request → pickup times its calibration learns from are measured on the
+	// platform's clock and multiplied by it; its drive part is seconds of driving already (> 0).
+	SimSpeedup float64 `env:"FLAGDOWN_SIM_SPEEDUP" envDefault:"1"`
 
 	// SurgeMode is what surge does (dispatch.SurgeMode): off (nothing computed, 1.0 charged),
 	// shadow (computed and logged, 1.0 charged; the default, so surge is watched before it prices
@@ -400,6 +407,7 @@ func (c *Config) Validate() error {
 		{!(c.SurgeFloor >= 1) || math.IsInf(c.SurgeFloor, 0), "FLAGDOWN_SURGE_FLOOR must be a number >= 1.0 (surge never discounts)"},
 		{!(c.SurgeCeiling >= c.SurgeFloor) || c.SurgeCeiling > 100, "FLAGDOWN_SURGE_CEILING must be >= FLAGDOWN_SURGE_FLOOR and <= 100"},
 		{!(c.SurgeMaxStep > 0) || math.IsInf(c.SurgeMaxStep, 0), "FLAGDOWN_SURGE_MAX_STEP must be a number > 0"},
+		{!(c.SimSpeedup > 0) || math.IsInf(c.SimSpeedup, 0), "FLAGDOWN_SIM_SPEEDUP must be a number > 0"},
 		{!(c.SurgeEmergencyCap >= 1) || math.IsInf(c.SurgeEmergencyCap, 0), "FLAGDOWN_SURGE_EMERGENCY_CAP must be a number >= 1.0"},
 	} {
 		if r.bad {

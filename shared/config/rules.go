@@ -18,6 +18,7 @@ func (c *Config) Rules() dispatch.Rules {
 		RetryBase:   c.RetryBase, RetryMaxWait: c.RetryMaxWait, RetryMaxAttempts: c.RetryMaxAttempts,
 		RetryBudget: c.RetryBudget,
 		BatchWindow: c.BatchWindow,
+		SimSpeedup:  c.SimSpeedup,
 		Hail:        dispatch.HailRules{Window: c.HailWindow, RadiusM: c.HailRadiusM},
 		Fare: dispatch.FareParams{BaseCents: c.FareBaseCents, PerKmCents: c.FarePerKmCents, PerMinCents: c.FarePerMinCents,
 			MinimumCents: c.FareMinimumCents, RoadFactor: c.RoadFactor, AvgSpeedMPS: c.AvgSpeedMPS},

@@ -26,6 +26,9 @@ type Rules struct {
 	// BatchWindow is, in batch mode, how long the first ride of a batch waits for others
 	// (FLAGDOWN_BATCH_WINDOW).
 	BatchWindow time.Duration
+	// SimSpeedup is how many of the riders' seconds pass per second of the platform's clock
+	// (FLAGDOWN_SIM_SPEEDUP: 1 in a real city, a replay's speed-up in simulated time); RiderSeconds.
+	SimSpeedup float64
 	// Hail are the numbers of street-hail pairing (FLAGDOWN_HAIL_WINDOW, FLAGDOWN_HAIL_RADIUS_M).
 	Hail HailRules
 	// Fare are the fare-estimate parameters (FLAGDOWN_FARE_*, FLAGDOWN_ROAD_FACTOR,

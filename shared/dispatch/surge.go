@@ -1,6 +1,9 @@
 package dispatch
 
-import "math"
+import (
+	"math"
+	"time"
+)
 
 // SurgeParams configure the surge multiplier of a cell (a geohash cell; the caller picks the
 // precision). Multipliers are dimensionless factors on the fare: 1.0 is the normal fare.
@@ -226,6 +229,20 @@ func Calibrate(w WaitEstimate, calS float64) WaitEstimate {
 	w.CalibrationS = math.Round(calS*10) / 10
 	w.TotalS = math.Max(0, math.Round(w.MatchS+w.DriveS+calS))
 	return w
+}
+
+// RiderSeconds is a duration d measured on the platform's clock in the riders' seconds: d ×
+// simSpeedup (Rules.SimSpeedup; a value that is not a finite number > 0 counts as 1). In a real city
+// the two clocks are one; under a replay in simulated time (FLAGDOWN_SIM_SPEEDUP = its --speedup)
+// the riders wait, and the drivers drive, simSpeedup seconds per second of the platform's, so a
+// wait estimate adds its match part (request → accept, the platform's clock) to its drive part
+// (seconds of driving) only once both are in the riders' seconds, and its calibration compares
+// it with a request → pickup time in the same seconds.
+func RiderSeconds(d time.Duration, simSpeedup float64) float64 {
+	if !(simSpeedup > 0) || math.IsInf(simSpeedup, 0) {
+		simSpeedup = 1
+	}
+	return d.Seconds() * simSpeedup
 }
 
 // MatchDelayAlpha is the weight of the newest sample in the EWMA of match delays: ewma ← α × delay

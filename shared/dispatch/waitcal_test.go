@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/flagdown/flagdown/shared/dispatch"
 )
@@ -61,6 +62,19 @@ func TestRiderWaitKeepsCalibration(t *testing.T) {
 		w := dispatch.RiderWait(dispatch.Calibrate(dispatch.WaitEstimate{MatchS: 31, DriveS: 94}, c.cal))
 		if w.TotalS != c.wantTotal || w.CalibrationS != c.wantCal || w.MatchS != 30 || w.DriveS != 90 {
 			t.Errorf("calibration %.0f: %+v, want match 30, drive 90, calibration %.0f, total %.0f", c.cal, w, c.wantCal, c.wantTotal)
+		}
+	}
+}
+
+// TestRiderSeconds: a duration on the platform's clock in the riders' seconds; a speed-up that is
+// not a finite number > 0 counts as 1.
+func TestRiderSeconds(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		speedup, want float64
+	}{{1, 12.5}, {8, 100}, {0, 12.5}, {-3, 12.5}, {math.NaN(), 12.5}, {math.Inf(1), 12.5}} {
+		if got := dispatch.RiderSeconds(12500*time.Millisecond, c.speedup); got != c.want {
+			t.Errorf("speedup %v: %v s, want %v", c.speedup, got, c.want)
 		}
 	}
 }

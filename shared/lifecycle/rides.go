@@ -147,7 +147,7 @@ func (s *Service) Act(ctx context.Context, id string, action dispatch.Action, ac
 		if err != nil {
 			return err
 		}
-		if w, ok := waitError(ride, to, at); ok {
+		if w, ok := waitError(ride, to, at, s.d.Rules.SimSpeedup); ok {
 			fx.WaitErrors = append(fx.WaitErrors, w)
 		}
 		if ride.DriverID != "" {
@@ -204,10 +204,11 @@ func (s *Service) decline(ctx context.Context, tx pgx.Tx, ride *dispatch.Ride, d
 // waitError is the error of the wait quoted to ride when it moves to status to at at (PostgreSQL's
 // clock): when it starts (the driver picked the rider up) having been quoted a wait and matched in
 // one round (never re-opened: the quote was for its first round), the time from its request to the
-// start less the quoted wait. It feeds the wait calibration (dispatch.FoldWaitError).
-func waitError(ride *dispatch.Ride, to dispatch.RideStatus, at time.Time) (dispatch.WaitError, bool) {
+// start in the riders' seconds (dispatch.RiderSeconds with simSpeedup, the seconds the quote is in)
+// less the quoted wait. It feeds the wait calibration (dispatch.FoldWaitError).
+func waitError(ride *dispatch.Ride, to dispatch.RideStatus, at time.Time, simSpeedup float64) (dispatch.WaitError, bool) {
 	if to != dispatch.RideInProgress || ride.QuotedWaitS == nil || ride.CreatedAt.IsZero() || !ride.MatchStartedAt.Equal(ride.CreatedAt) {
 		return dispatch.WaitError{}, false
 	}
-	return dispatch.WaitError{Pickup: ride.Pickup, RequestedAt: ride.CreatedAt, ErrS: at.Sub(ride.CreatedAt).Seconds() - *ride.QuotedWaitS}, true
+	return dispatch.WaitError{Pickup: ride.Pickup, RequestedAt: ride.CreatedAt, ErrS: dispatch.RiderSeconds(at.Sub(ride.CreatedAt), simSpeedup) - *ride.QuotedWaitS}, true
 }

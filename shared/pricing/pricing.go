@@ -154,11 +154,18 @@ func (s *Service) quote(ctx context.Context, riderID string, pickup, dropoff dis
 	if err != nil {
 		return nil, err
 	}
-	if w, ok := dispatch.EstimateWait(rd.MatchDelayS, near, s.cfg.RoadFactor, s.cfg.AvgSpeedMPS); ok {
+	if w, ok := dispatch.EstimateWait(s.riderMatchS(rd.MatchDelayS), near, s.cfg.RoadFactor, s.cfg.AvgSpeedMPS); ok {
 		w = dispatch.RiderWait(dispatch.Calibrate(w, rd.WaitCalibrationS))
 		q.Wait = &w
 	}
 	return q, nil
+}
+
+// riderMatchS is the recent match delay matchDelayS (the platform's seconds) in the riders' seconds
+// (dispatch.RiderSeconds with FLAGDOWN_SIM_SPEEDUP), the seconds the wait estimate adds it to the
+// drive in.
+func (s *Service) riderMatchS(matchDelayS float64) float64 {
+	return dispatch.RiderSeconds(time.Duration(matchDelayS*float64(time.Second)), s.cfg.SimSpeedup)
 }
 
 // nearestCandidates is how many of the drivers nearest to a pickup nearestCellM weighs: the nearest
@@ -300,8 +307,8 @@ func (s *Service) Wait(ctx context.Context, pickup dispatch.Point, since time.Ti
 	if err != nil {
 		return nil, err
 	}
-	waited := math.Max(0, s.cfg.Now().Sub(since).Seconds())
-	w, ok := dispatch.EstimateWait(math.Max(0, rd.MatchDelayS-waited), near, s.cfg.RoadFactor, s.cfg.AvgSpeedMPS)
+	waited := math.Max(0, dispatch.RiderSeconds(s.cfg.Now().Sub(since), s.cfg.SimSpeedup))
+	w, ok := dispatch.EstimateWait(math.Max(0, s.riderMatchS(rd.MatchDelayS)-waited), near, s.cfg.RoadFactor, s.cfg.AvgSpeedMPS)
 	if !ok {
 		return nil, nil
 	}
