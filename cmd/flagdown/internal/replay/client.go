@@ -249,10 +249,13 @@ type FareQuote struct {
 	// SurgeMultiplier is the multiplier charged; SurgeComputed the cell's (nil when surge is off).
 	SurgeMultiplier float64  `json:"surge_multiplier"`
 	SurgeComputed   *float64 `json:"surge_computed"`
-	// WaitMatchS (platform seconds: wall) and WaitDriveS (seconds of driving) are the parts of the
-	// predicted pickup wait; nil when no driver was near.
-	WaitMatchS *float64 `json:"wait_match_s"`
-	WaitDriveS *float64 `json:"wait_drive_s"`
+	// EstWaitS is the predicted pickup wait, seconds in the riders' time (simulated, when the
+	// platform runs with FLAGDOWN_SIM_SPEEDUP = the replay's speed-up); WaitMatchS, WaitDriveS and
+	// WaitCalibrationS its parts. nil when no driver was near.
+	EstWaitS         *float64 `json:"est_wait_s"`
+	WaitMatchS       *float64 `json:"wait_match_s"`
+	WaitDriveS       *float64 `json:"wait_drive_s"`
+	WaitCalibrationS *float64 `json:"wait_calibration_s"`
 }
 
 // fareEstimate asks for the quote of a ride as its rider.

@@ -763,16 +763,16 @@ func TestSurgeSummary(t *testing.T) {
 	o := DefaultOptions()
 	o.Speedup = 8
 	s := newTestSim(o)
-	// Minute 0: quoted 2 s of match (16 s simulated) + 60 s of drive = 76 s; the driver got there
+	// Minute 0: quoted 76 s (the platform's quote is in the riders' seconds); the driver got there
 	// 100 s after the request: error 24 s.
 	s.rides["a"] = &ride{requested: true, requestedAt: 10 * time.Second, accepts: 1, arrivedAt: 110 * time.Second,
-		quote: &FareQuote{SurgeMode: "shadow", SurgeMultiplier: 1, SurgeComputed: f(1.5), WaitMatchS: f(2), WaitDriveS: f(60)}}
+		quote: &FareQuote{SurgeMode: "shadow", SurgeMultiplier: 1, SurgeComputed: f(1.5), EstWaitS: f(76), WaitMatchS: f(15), WaitDriveS: f(60)}}
 	// Minute 0 too: estimate 40 s, actual 30 s: error 10 s.
 	s.rides["b"] = &ride{requested: true, requestedAt: 20 * time.Second, accepts: 1, arrivedAt: 50 * time.Second,
-		quote: &FareQuote{SurgeMode: "shadow", SurgeMultiplier: 1, SurgeComputed: f(1.25), WaitMatchS: f(0), WaitDriveS: f(40)}}
+		quote: &FareQuote{SurgeMode: "shadow", SurgeMultiplier: 1, SurgeComputed: f(1.25), EstWaitS: f(40), WaitMatchS: f(0), WaitDriveS: f(40)}}
 	// Minute 2: re-opened (two accepts): its wait is not compared; no driver near: no wait quoted.
 	s.rides["c"] = &ride{requested: true, requestedAt: 130 * time.Second, accepts: 2, arrivedAt: 200 * time.Second,
-		quote: &FareQuote{SurgeMode: "shadow", SurgeMultiplier: 1, SurgeComputed: f(2), WaitMatchS: f(1), WaitDriveS: f(10)}}
+		quote: &FareQuote{SurgeMode: "shadow", SurgeMultiplier: 1, SurgeComputed: f(2), EstWaitS: f(10), WaitMatchS: f(0), WaitDriveS: f(10)}}
 	s.rides["d"] = &ride{requested: true, requestedAt: 150 * time.Second, quote: &FareQuote{SurgeMode: "shadow", SurgeMultiplier: 1, SurgeComputed: f(1)}}
 	s.rides["unquoted"] = &ride{requested: true, requestedAt: 30 * time.Second, accepts: 1, arrivedAt: 90 * time.Second}
 	sum := s.summary(5, 0, time.Second)

@@ -46,6 +46,8 @@ type ride struct {
 	// driver reached the pickup (simulated, of the latest accept; 0 when none did).
 	quote     *FareQuote
 	arrivedAt time.Duration
+	// pickup is where the rider waits (the trip's pickup).
+	pickup LatLng
 }
 
 // ignoredOffer is an offer a simulated driver left unanswered (no-answer draw, or he dropped offline
@@ -174,7 +176,7 @@ func (s *sim) orderCreate(tr Trip) {
 				r := s.ride(id)
 				if !r.requested {
 					r.requested, r.requestedAt, r.createdWall = true, at, answered
-					r.quote = quote
+					r.quote, r.pickup = quote, tr.Pickup
 				}
 				if r.riderSock == nil {
 					r.riderSock = sock

@@ -2,7 +2,6 @@ package replay
 
 import (
 	"context"
-	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -147,14 +146,13 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 }
 
 // surgeSummary fills the summary's surge and wait-estimate figures from the quotes the rides were
-// ordered at. Minutes are simulated minutes since the window opened. The wait estimate is compared
-// in simulated seconds: its match part (the platform's wall seconds) × Speedup, plus its drive part
-// (seconds of driving, which the replay's drivers do in simulated time); what happened is request
-// (fare-estimate) → the driver of the latest accept reaching the pickup, for rides accepted once
-// that got there.
+// ordered at. Minutes are simulated minutes since the window opened. The wait estimate (est_wait_s)
+// is compared in simulated seconds, the riders' time of a platform run with FLAGDOWN_SIM_SPEEDUP =
+// Speedup; what happened is request (fare-estimate) → the driver of the latest accept reaching the
+// pickup, for rides accepted once that got there (WaitErrors).
 func (s *sim) surgeSummary(sum *Summary) {
 	byMin := map[int]*SurgeMinute{}
-	var charged, computed, errs, est, act []float64
+	var charged, computed []float64
 	for _, r := range s.rides {
 		q := r.quote
 		if !r.requested || q == nil {
@@ -175,11 +173,6 @@ func (s *sim) surgeSummary(sum *Summary) {
 		}
 		row.Quotes++
 		row.charged, row.computed = append(row.charged, q.SurgeMultiplier), append(row.computed, c)
-		if q.WaitMatchS != nil && q.WaitDriveS != nil && r.accepts == 1 && r.arrivedAt > 0 {
-			e := *q.WaitMatchS*s.opts.Speedup + *q.WaitDriveS
-			a := (r.arrivedAt - r.requestedAt).Seconds()
-			est, act, errs = append(est, e), append(act, a), append(errs, math.Abs(e-a))
-		}
 	}
 	sum.SurgeChargedP50, sum.SurgeChargedMax = Percentile(charged, 50), Percentile(charged, 100)
 	sum.SurgeComputedP50, sum.SurgeComputedMax = Percentile(computed, 50), Percentile(computed, 100)
@@ -191,8 +184,15 @@ func (s *sim) surgeSummary(sum *Summary) {
 		sum.SurgeByMinute = append(sum.SurgeByMinute, *row)
 	}
 	sort.Slice(sum.SurgeByMinute, func(i, j int) bool { return sum.SurgeByMinute[i].Minute < sum.SurgeByMinute[j].Minute })
-	sum.WaitEstimateCount = len(errs)
-	sum.WaitEstimateMAES, sum.WaitEstimateMeanS, sum.WaitActualMeanS = Mean(errs), Mean(est), Mean(act)
+	samples := s.waitSamples()
+	var est, act []float64
+	for _, w := range samples {
+		est, act = append(est, w.QuotedS), append(act, w.ActualS())
+	}
+	rep := WaitErrors(samples)
+	sum.WaitErrors = &rep
+	sum.WaitEstimateCount = rep.Count
+	sum.WaitEstimateMAES, sum.WaitEstimateMeanS, sum.WaitActualMeanS = rep.MAES, Mean(est), Mean(act)
 }
 
 // fetchRides reads every requested ride with bounded concurrency (GET /function/ride/{id}) and keeps

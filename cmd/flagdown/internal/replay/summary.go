@@ -273,6 +273,9 @@ type Summary struct {
 	// simulated seconds (their difference is the estimate's bias).
 	WaitEstimateMeanS float64 `json:"wait_estimate_mean_s"`
 	WaitActualMeanS   float64 `json:"wait_actual_mean_s"`
+	// WaitErrors is the wait estimate's error per simulated minute and over the run, with the
+	// per-cell constant-mean baseline (WaitErrors); nil when no ride was quoted.
+	WaitErrors *WaitErrorReport `json:"wait_errors,omitempty"`
 	// RideStatusCounts counts the rides' final server status (from the final GET).
 	RideStatusCounts map[string]int `json:"ride_status_counts"`
 	// RideFetchErrors is how many GET /function/ride/{id} calls at the end failed.
@@ -461,6 +464,7 @@ func (s *Summary) WriteTable(w io.Writer) {
 		row("surge computed by minute", "p50/max per simulated minute:%s", b.String())
 		row("wait estimate MAE", "%.1f s simulated (n=%d; mean quoted %.1f s, actual request → driver at pickup %.1f s)",
 			s.WaitEstimateMAES, s.WaitEstimateCount, s.WaitEstimateMeanS, s.WaitActualMeanS)
+		s.WaitErrors.writeRows(row)
 	}
 	if len(s.RideStatusCounts) > 0 {
 		row("final ride status", "%v", s.RideStatusCounts)

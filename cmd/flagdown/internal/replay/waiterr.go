@@ -1,0 +1,176 @@
+package replay
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/flagdown/flagdown/shared/dispatch"
+)
+
+// WaitSample is one ride whose quoted pickup wait the replay can judge: quoted with a wait, accepted
+// once, and reached by its driver. Times are simulated.
+type WaitSample struct {
+	// Cell is the geohash of the pickup at dispatch.SurgeCellPrecision (the cell the platform's
+	// calibration keeps its correction in).
+	Cell string
+	// RequestedAt and ArrivedAt are when the ride was requested and when its driver reached the
+	// pickup, simulated time since the window opened.
+	RequestedAt, ArrivedAt time.Duration
+	// QuotedS is the wait the rider was quoted (est_wait_s), seconds in the riders' time
+	// (simulated: the platform runs with FLAGDOWN_SIM_SPEEDUP = the replay's speed-up).
+	QuotedS float64
+}
+
+// ActualS is the wait that happened: request → driver at the pickup, simulated seconds.
+func (w WaitSample) ActualS() float64 { return (w.ArrivedAt - w.RequestedAt).Seconds() }
+
+// WaitErrorMinute is the wait estimate's error over the rides requested in one simulated minute.
+type WaitErrorMinute struct {
+	// Minute is the simulated minute since the window opened (0 is the first) of the requests.
+	Minute int `json:"minute"`
+	// Count is the rides judged.
+	Count int `json:"count"`
+	// MAES is the mean absolute error of the quoted wait, simulated seconds.
+	MAES float64 `json:"mae_s"`
+	// MeanSignedS is the mean of quoted − actual, simulated seconds (> 0: quotes too long).
+	MeanSignedS float64 `json:"mean_signed_s"`
+	// BaselineCount and BaselineMAES are the per-cell constant-mean baseline's samples and mean
+	// absolute error over the same minute (WaitErrors).
+	BaselineCount int     `json:"baseline_count"`
+	BaselineMAES  float64 `json:"baseline_mae_s"`
+}
+
+// WaitErrorReport is the wait estimate's error per simulated minute and over the run, with a
+// baseline to compare it with.
+type WaitErrorReport struct {
+	// Count, MAES and MeanSignedS are over every judged ride (MeanSignedS: quoted − actual).
+	Count       int     `json:"count"`
+	MAES        float64 `json:"mae_s"`
+	MeanSignedS float64 `json:"mean_signed_s"`
+	// BaselineCount is how many rides the baseline could predict: a ride is predicted the mean
+	// actual wait of the rides of its pickup cell whose driver reached the pickup before it was
+	// requested (what the platform could have known), or of the whole city when its cell had none;
+	// the first rides of a run, before any pickup, are not predicted.
+	BaselineCount int `json:"baseline_count"`
+	// BaselineMAES is the baseline's mean absolute error over those rides, simulated seconds;
+	// EstimateMAEOnBaselineS the quoted wait's over the same rides, and MAERatio their quotient
+	// (the issue's target: ≤ 0.7). 0 when the baseline predicted nothing.
+	BaselineMAES           float64 `json:"baseline_mae_s"`
+	EstimateMAEOnBaselineS float64 `json:"estimate_mae_on_baseline_s"`
+	MAERatio               float64 `json:"mae_ratio"`
+	// ByMinute is the error per simulated minute of the requests, in minute order.
+	ByMinute []WaitErrorMinute `json:"by_minute"`
+}
+
+// WaitErrors measures the quoted waits of samples against what happened, per simulated minute of
+// the request and over all, and the per-cell constant-mean baseline (WaitErrorReport.BaselineCount)
+// on the same rides. It is a pure function of samples (their order does not matter).
+func WaitErrors(samples []WaitSample) WaitErrorReport {
+	rep := WaitErrorReport{ByMinute: []WaitErrorMinute{}}
+	if len(samples) == 0 {
+		return rep
+	}
+	byReq := append([]WaitSample(nil), samples...)
+	sort.SliceStable(byReq, func(i, j int) bool { return byReq[i].RequestedAt < byReq[j].RequestedAt })
+	byArr := append([]WaitSample(nil), samples...)
+	sort.SliceStable(byArr, func(i, j int) bool { return byArr[i].ArrivedAt < byArr[j].ArrivedAt })
+
+	type acc struct {
+		sum float64
+		n   int
+	}
+	cells, city := map[string]*acc{}, acc{}
+	minutes := map[int]*WaitErrorMinute{}
+	var absSum, signedSum, baseAbs, estAbsOnBase float64
+	next := 0
+	for _, w := range byReq {
+		// Every ride picked up before this request is known to the baseline.
+		for next < len(byArr) && byArr[next].ArrivedAt <= w.RequestedAt {
+			k := byArr[next]
+			c := cells[k.Cell]
+			if c == nil {
+				c = &acc{}
+				cells[k.Cell] = c
+			}
+			c.sum, c.n = c.sum+k.ActualS(), c.n+1
+			city.sum, city.n = city.sum+k.ActualS(), city.n+1
+			next++
+		}
+		a := w.ActualS()
+		e := w.QuotedS - a
+		absSum, signedSum = absSum+math.Abs(e), signedSum+e
+		m := int(w.RequestedAt / time.Minute)
+		row := minutes[m]
+		if row == nil {
+			row = &WaitErrorMinute{Minute: m}
+			minutes[m] = row
+		}
+		row.Count++
+		row.MAES += math.Abs(e)
+		row.MeanSignedS += e
+		pred, ok := 0.0, false
+		if c := cells[w.Cell]; c != nil && c.n > 0 {
+			pred, ok = c.sum/float64(c.n), true
+		} else if city.n > 0 {
+			pred, ok = city.sum/float64(city.n), true
+		}
+		if ok {
+			rep.BaselineCount++
+			baseAbs += math.Abs(pred - a)
+			estAbsOnBase += math.Abs(e)
+			row.BaselineCount++
+			row.BaselineMAES += math.Abs(pred - a)
+		}
+	}
+	n := float64(len(samples))
+	rep.Count, rep.MAES, rep.MeanSignedS = len(samples), absSum/n, signedSum/n
+	if rep.BaselineCount > 0 {
+		b := float64(rep.BaselineCount)
+		rep.BaselineMAES, rep.EstimateMAEOnBaselineS = baseAbs/b, estAbsOnBase/b
+		if rep.BaselineMAES > 0 {
+			rep.MAERatio = rep.EstimateMAEOnBaselineS / rep.BaselineMAES
+		}
+	}
+	for _, row := range minutes {
+		row.MAES /= float64(row.Count)
+		row.MeanSignedS /= float64(row.Count)
+		if row.BaselineCount > 0 {
+			row.BaselineMAES /= float64(row.BaselineCount)
+		}
+		rep.ByMinute = append(rep.ByMinute, *row)
+	}
+	sort.Slice(rep.ByMinute, func(i, j int) bool { return rep.ByMinute[i].Minute < rep.ByMinute[j].Minute })
+	return rep
+}
+
+// waitSamples are the rides of s the wait estimate is judged on (WaitSample).
+func (s *sim) waitSamples() []WaitSample {
+	var out []WaitSample
+	for _, r := range s.rides {
+		q := r.quote
+		if !r.requested || q == nil || q.EstWaitS == nil || r.accepts != 1 || r.arrivedAt <= 0 {
+			continue
+		}
+		cell := dispatch.Geohash(dispatch.Point{Lat: r.pickup.Lat, Lng: r.pickup.Lng}, dispatch.SurgeCellPrecision)
+		out = append(out, WaitSample{Cell: cell, RequestedAt: r.requestedAt, ArrivedAt: r.arrivedAt, QuotedS: *q.EstWaitS})
+	}
+	return out
+}
+
+// writeRows prints the report as summary table rows (nothing for a nil report).
+func (r *WaitErrorReport) writeRows(row func(k, f string, a ...any)) {
+	if r == nil {
+		return
+	}
+	row("wait estimate error", "MAE %.1f s, mean signed (quoted − actual) %+.1f s simulated (n=%d)", r.MAES, r.MeanSignedS, r.Count)
+	row("wait baseline (per-cell mean)", "MAE %.1f s against the estimate's %.1f s on the same rides: ratio %.2f (n=%d)",
+		r.BaselineMAES, r.EstimateMAEOnBaselineS, r.MAERatio, r.BaselineCount)
+	var b strings.Builder
+	for _, m := range r.ByMinute {
+		fmt.Fprintf(&b, " %d:%.0f/%+.0f", m.Minute, m.MAES, m.MeanSignedS)
+	}
+	row("wait error by minute", "MAE/signed s per simulated minute:%s", b.String())
+}
