@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -20,6 +21,8 @@ func newReplayCmd() *cobra.Command {
 	var minutes int
 	matchMode := ""
 	starts := string(o.DriverStarts)
+	compareModes := ""
+	compareKeep := false
 	cmd := &cobra.Command{
 		Use:   "replay",
 		Short: "Replay real NYC taxi trips against a running platform over HTTP",
@@ -71,6 +74,27 @@ summary, when a count is not 0 or when the check could not run (--verify=false s
 			if matchMode != "" {
 				o.MatchMode = matchMode
 			}
+			if compareModes != "" {
+				modes, err := replay.ParseModes(compareModes)
+				if err != nil {
+					return err
+				}
+				bin, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				logDir := ".local"
+				if err := os.MkdirAll(logDir, 0o755); err != nil {
+					return err
+				}
+				_, err = replay.Compare(cmd.Context(), o, replay.CompareOptions{Modes: modes, Binary: bin, Environ: os.Environ(),
+					LogDir: logDir, Keep: compareKeep}, cmd.OutOrStdout())
+				return err
+			}
+			if cfg.SimSpeedup != o.Speedup {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: FLAGDOWN_SIM_SPEEDUP is %g but --speedup %g: the platform's wait estimates are in other seconds than the riders' (run flagdown dev with FLAGDOWN_SIM_SPEEDUP=%g)\n",
+					cfg.SimSpeedup, o.Speedup, o.Speedup)
+			}
 			_, err = replay.Run(cmd.Context(), o, cmd.OutOrStdout())
 			if errors.Is(err, context.Canceled) {
 				return fmt.Errorf("replay interrupted; partial figures above")
@@ -97,6 +121,12 @@ summary, when a count is not 0 or when the check could not run (--verify=false s
 			"a driver carrying a passenger drops after that ride")
 	f.StringVar(&starts, "driver-starts", starts, fmt.Sprintf("where drivers start: %s (dropoffs of trips ended before the window, "+
 		"else of trips outside it) or %s (the file's pickups, replayed ones included: optimistic)", replay.StartsDropoffsBefore, replay.StartsReplayPickups))
+	f.IntVar(&o.DriversDropTo, "drivers-drop-to", 0, "supply drop: drivers left after it (0: none); the others end their shift (status offline) at --drivers-drop-at")
+	f.Float64Var(&o.DriversDropAt, "drivers-drop-at", o.DriversDropAt, "supply drop: when, as a fraction of the window (0..1 excluded)")
+	f.StringVar(&compareModes, "compare-modes", "", "replay the trips under each of these matching modes (e.g. greedy,batch,auto), each on a flagdown dev "+
+		"of its own (this binary, a fresh schema and Redis prefix, FLAGDOWN_SIM_SPEEDUP = --speedup; --url is not used), and print the comparison table; "+
+		"--summary gets the comparison, <summary>-<mode>.json each run")
+	f.BoolVar(&compareKeep, "compare-keep", false, "keep each compared mode's schema and Redis keys after its run")
 	f.Float64Var(&o.DriverSpeedMPS, "driver-speed-mps", o.DriverSpeedMPS, "straight-line driving speed, metres per simulated second")
 	f.Uint64Var(&o.Seed, "seed", o.Seed, "random seed (driver positions, think times, accept, no-answer and offline draws)")
 	f.StringVar(&o.SummaryPath, "summary", o.SummaryPath, "where to write the summary JSON (empty: none)")

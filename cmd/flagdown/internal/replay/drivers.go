@@ -34,6 +34,9 @@ type driver struct {
 	offline  bool            // dropped for good: no more pings, offers or actions
 	// dropDue is set when his drop time came while he carried a passenger: he drops when that ride ends.
 	dropDue bool
+	// signsOff: his drop is the supply drop (Options.DriversDropTo): he ends his shift with an
+	// offline ping instead of falling silent, and counts as dropped by supply, not as gone offline.
+	signsOff bool
 	// ignoring is the offer he is ignoring until it vanishes from his ping answers (nil when none).
 	ignoring *ignoredOffer
 	// sock is his phone's WebSocket (Options.Push); pushed the offer ids that came on it.
@@ -232,7 +235,11 @@ func (s *sim) dropOffline(d *driver) {
 		return
 	}
 	d.offline, d.dropDue = true, false
-	s.driversOffline++
+	if d.signsOff {
+		s.signOff(d)
+	} else {
+		s.driversOffline++
+	}
 	if k := d.sock; k != nil {
 		s.riderSockets.Add(1)
 		go func() { defer s.riderSockets.Done(); k.stop() }()

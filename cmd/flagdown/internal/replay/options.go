@@ -73,6 +73,11 @@ type Options struct {
 	// FLAGDOWN_HEARTBEAT_TTL wall time, lapses). A driver carrying a passenger (start sent, or driving to
 	// the dropoff) completes that ride first and drops right after.
 	OfflineProbPerHour float64
+	// DriversDropTo, when > 0, is how many drivers remain after the supply drop (supply.go): at
+	// DriversDropAt × Minutes (simulated, 0..1 excluded) after the window opened, the others end
+	// their shift. 0: no supply drop. DefaultOptions: 0 and 0.5.
+	DriversDropTo int
+	DriversDropAt float64
 	// DriverSpeedMPS is the straight-line driving speed, metres per simulated second.
 	DriverSpeedMPS float64
 	// DriverStarts is where the drivers start (see BuildStartPool); DefaultOptions:
@@ -144,6 +149,7 @@ func DefaultOptions() Options {
 		NoAnswerProb:       0.05,
 		OfflineProbPerHour: 0.02,
 		DriverSpeedMPS:     8,
+		DriversDropAt:      0.5,
 		DriverStarts:       StartsDropoffsBefore,
 		Seed:               1,
 		SummaryPath:        "demo-summary.json",
@@ -198,5 +204,5 @@ func (o *Options) validate() error {
 	if _, err := ParseDriverStarts(string(o.DriverStarts)); err != nil {
 		return err
 	}
-	return nil
+	return o.validateSupplyDrop()
 }

@@ -111,6 +111,12 @@ func Run(ctx context.Context, opts Options, out io.Writer) (*Summary, error) {
 		}
 	}
 
+	s.scheduleSupplyDrop(window)
+	if opts.DriversDropTo > 0 {
+		fmt.Fprintf(out, "supply drop: %d of %d drivers end their shift %g min into the window\n",
+			opts.Drivers-opts.DriversDropTo, opts.Drivers, opts.DriversDropAt*opts.Minutes)
+	}
+
 	fmt.Fprintf(out, "replaying %d trips (%s .. +%g min, %g min of the file skipped) with %d drivers at %gx against %s (run %s, match mode %s)\n",
 		len(trips), opens.Format(time.RFC3339), opts.Minutes, opts.SkipMinutes, opts.Drivers, opts.Speedup, opts.URL, opts.RunID, opts.MatchMode)
 	fmt.Fprintf(out, "drivers start at: %s\n", pool.describe())

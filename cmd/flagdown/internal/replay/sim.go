@@ -81,11 +81,13 @@ type sim struct {
 	offersIgnored  int
 	offerTimeouts  int
 	driversOffline int
-	fetched        bool // the end-of-run GET of every ride ran
-	fetchErrs      int
-	offerLatMs     []float64
-	matchLatMs     []float64
-	statusCounts   map[string]int
+	// supplyDropped is how many drivers the supply drop took offline (Options.DriversDropTo).
+	supplyDropped int
+	fetched       bool // the end-of-run GET of every ride ran
+	fetchErrs     int
+	offerLatMs    []float64
+	matchLatMs    []float64
+	statusCounts  map[string]int
 
 	ridesRejected    int
 	rejectedExamples []string

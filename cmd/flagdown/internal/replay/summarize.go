@@ -56,6 +56,9 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 		MatchMode:         o.MatchMode, DriverStarts: string(o.DriverStarts),
 		DriverStartTripsBefore: s.starts.TripsBefore, DriverStartTripsFallback: s.starts.TripsFallback,
 	}
+	if o.DriversDropTo > 0 {
+		sum.DriversDropTo, sum.DriversDroppedBySupply, sum.DriversDropAtMin = o.DriversDropTo, s.supplyDropped, o.DriversDropAt*o.Minutes
+	}
 	if pingWall > 0 {
 		sum.PingsPerS = float64(sum.PingsTotal) / pingWall.Seconds()
 	}
@@ -113,6 +116,7 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 	}
 	sum.TimeToMatchCount = len(ttm)
 	sum.TimeToMatchP50S, sum.TimeToMatchP95S, sum.TimeToMatchP99S = Percentile(ttm, 50), Percentile(ttm, 95), Percentile(ttm, 99)
+	sum.TimeToMatchMaxS = Percentile(ttm, 100)
 	sum.PickupDistanceCount = len(dist)
 	sum.PickupDistanceMeanM, sum.PickupDistanceP50M, sum.PickupDistanceP95M = Mean(dist), Percentile(dist, 50), Percentile(dist, 95)
 	sum.OfferLatencyCount = len(s.offerLatMs)

@@ -166,6 +166,12 @@ type Summary struct {
 	// DriversWentOffline is how many simulated drivers the replay took offline for good
 	// (OfflineProbPerHour): they stopped pinging and answering.
 	DriversWentOffline int `json:"drivers_went_offline"`
+	// DriversDropTo is how many drivers remained after the supply drop (0: none) and
+	// DriversDroppedBySupply how many it took offline (they sent status offline, or will after
+	// the ride they carried), DriversDropAtMin when, simulated minutes into the window.
+	DriversDropTo          int     `json:"drivers_drop_to"`
+	DriversDroppedBySupply int     `json:"drivers_dropped_by_supply"`
+	DriversDropAtMin       float64 `json:"drivers_drop_at_min"`
 	// OfflineRidesAbandoned is how many ACCEPTED rides a driver abandoned by going offline before
 	// starting them.
 	OfflineRidesAbandoned int `json:"offline_rides_abandoned"`
@@ -184,6 +190,8 @@ type Summary struct {
 	TimeToMatchP95S float64 `json:"time_to_match_p95_s"`
 	// TimeToMatchP99S is the 99th percentile, simulated seconds.
 	TimeToMatchP99S float64 `json:"time_to_match_p99_s"`
+	// TimeToMatchMaxS is the longest, simulated seconds (the longest a matched rider waited).
+	TimeToMatchMaxS float64 `json:"time_to_match_max_s"`
 
 	// PickupDistanceCount is the number of samples behind the pickup_distance figures.
 	PickupDistanceCount int `json:"pickup_distance_count"`
@@ -443,6 +451,9 @@ func (s *Summary) WriteTable(w io.Writer) {
 	row("rematches", "%d rides (offered to 2+ drivers %d, re-opened after accept %d)", s.Rematches, s.RidesReoffered, s.RidesReopened)
 	row("drivers went offline", "%d (%g per sim hour); accepted rides abandoned %d, re-opened %d, re-matched %d",
 		s.DriversWentOffline, s.OfflineProbPerHour, s.OfflineRidesAbandoned, s.OfflineRidesReopened, s.OfflineRidesRematched)
+	if s.DriversDropTo > 0 {
+		row("supply drop", "%d drivers signed off at %.1f min (to %d)", s.DriversDroppedBySupply, s.DriversDropAtMin, s.DriversDropTo)
+	}
 	row("accept conflicts (409)", "%d %v", s.AcceptConflicts, s.AcceptConflictReasons)
 	row("time to match p50/p95/p99", "%.1f / %.1f / %.1f s simulated (n=%d)", s.TimeToMatchP50S, s.TimeToMatchP95S, s.TimeToMatchP99S, s.TimeToMatchCount)
 	row("pickup distance mean/p50/p95", "%.0f / %.0f / %.0f m (n=%d)", s.PickupDistanceMeanM, s.PickupDistanceP50M, s.PickupDistanceP95M, s.PickupDistanceCount)
