@@ -8,6 +8,7 @@
 # port if 8080 is taken), REPLAY_ARGS (default: --minutes 20 --skip-minutes 0), FLAGDOWN_READY_TIMEOUT (seconds, default 90),
 # SERVICES_ARGS (extra arguments for services.sh up, e.g. --private), FLAGDOWN_BIN (skip the build and
 # use this binary), FLAGDOWN_JWT_SECRET (the token secret dev and the replay share; default: random per run),
+# FLAGDOWN_SIM_SPEEDUP (default 8: the replay's --speedup, and the platform's riders' seconds per second),
 # FLAGDOWN_MATCH_MODE (greedy or batch: flagdown dev matches with it, and the replay, which reads the same
 # environment, names it in its summary as match_mode).
 set -euo pipefail
@@ -58,6 +59,9 @@ scripts/services.sh up --owner "$OWNER" ${SERVICES_ARGS:-}
 # The demo's rides and drivers live apart from `make dev`'s (schema public, prefix flagdown:), so a
 # dev session never inherits a demo's thousands of rides, nor a demo a dev session's.
 export FLAGDOWN_DB_SCHEMA="${FLAGDOWN_DB_SCHEMA:-demo}" FLAGDOWN_REDIS_PREFIX="${FLAGDOWN_REDIS_PREFIX:-flagdown-demo:}"
+# The replay runs in simulated time (--speedup, default 8): the platform's wait estimate is in the
+# riders' seconds only when FLAGDOWN_SIM_SPEEDUP says the same (the replay warns when they differ).
+export FLAGDOWN_SIM_SPEEDUP="${FLAGDOWN_SIM_SPEEDUP:-8}"
 log "demo data: PostgreSQL schema $FLAGDOWN_DB_SCHEMA, Redis prefix $FLAGDOWN_REDIS_PREFIX (make dev uses public and flagdown:)"
 
 pick_addr
@@ -109,7 +113,7 @@ SUMMARY_MARK=.local/demo-replay.start
 touch "$SUMMARY_MARK"
 replay_status=0
 # shellcheck disable=SC2086
-"$BIN" replay --url "$BASE_URL" $REPLAY_ARGS || replay_status=$?
+"$BIN" replay --url "$BASE_URL" --speedup "$FLAGDOWN_SIM_SPEEDUP" $REPLAY_ARGS || replay_status=$?
 if [ "$replay_status" -ne 0 ]; then
 	if [ -f demo-summary.json ] && [ demo-summary.json -nt "$SUMMARY_MARK" ]; then
 		violated="$(grep -Eo '"invariant_[a-z_]+": [1-9][0-9]*' demo-summary.json | tr -d '"' | paste -sd ' ' - || true)"
