@@ -189,7 +189,8 @@ type CompareOptions struct {
 // Compare replays opts under each of co.Modes in turn (see above), prints each run's summary and
 // then the comparison table on out, and writes the comparison JSON to opts.SummaryPath (each
 // run's own summary next to it, with the mode before the extension). A mode whose run fails (or
-// whose invariants do not hold) keeps its row with the error; the others still run.
+// whose invariants do not hold) keeps its row with the error and the others still run; the error
+// returned then names the first such mode.
 func Compare(ctx context.Context, opts Options, co CompareOptions, out io.Writer) (*Comparison, error) {
 	if out == nil {
 		out = io.Discard
@@ -240,7 +241,15 @@ func Compare(ctx context.Context, opts Options, co CompareOptions, out io.Writer
 		}
 		fmt.Fprintf(out, "comparison written to %s\n", summaryPath)
 	}
-	return cmp, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return cmp, err
+	}
+	for _, r := range cmp.Rows {
+		if r.Err != "" {
+			return cmp, fmt.Errorf("compare-modes: %s: %s", r.Mode, r.Err)
+		}
+	}
+	return cmp, nil
 }
 
 // dropNote describes the supply drop of o for the table's title ("" without one).
