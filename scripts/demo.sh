@@ -77,10 +77,11 @@ step "$BIN migrate --fresh  (schema $FLAGDOWN_DB_SCHEMA, prefix $FLAGDOWN_REDIS_
 if [ -z "${FLAGDOWN_JWT_SECRET:-}" ] && [ -z "${FLAGDOWN_JWKS_URL:-}" ]; then
 	FLAGDOWN_JWT_SECRET="$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 	export FLAGDOWN_JWT_SECRET
-	log "random FLAGDOWN_JWT_SECRET for this run (mint a token: FLAGDOWN_JWT_SECRET=$FLAGDOWN_JWT_SECRET $BIN token --role rider --sub r-1)"
+	# Never printed: the demo's log may be shared; the secret lives in this script's environment only.
+	log "random FLAGDOWN_JWT_SECRET for this run (not printed; set your own to mint tokens by hand)"
 fi
 step "$BIN dev --addr $ADDR  (log: $DEV_LOG)"
-mkdir -p .local
+mkdir -p .local && chmod 700 .local
 "$BIN" dev --addr "$ADDR" >"$DEV_LOG" 2>&1 </dev/null &
 DEV_PID=$!
 

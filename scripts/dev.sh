@@ -96,8 +96,8 @@ while :; do
 	sleep 0.3
 done
 
-mkdir -p .local
-# It holds the token secret: readable by its owner only (0600), from its creation on.
+mkdir -p .local && chmod 700 .local
+# It holds the token secret: readable by its owner only (0600, in a 0700 folder), from its creation on.
 rm -f "$DEV_ENV"
 (umask 077 && {
 	echo "# written by make dev (scripts/dev.sh) for this run; removed when it stops"

@@ -46,8 +46,9 @@ FLAGDOWN_TRIGGER_MAX_DELIVER attempts), runs the outbox
 relay and the Redis expiry source, calls the reconcile function every FLAGDOWN_RECONCILE_INTERVAL,
 creates the database DATABASE_URL names when it is missing (through the server's
 maintenance database postgres) and applies migrations on start. Client tokens are verified with FLAGDOWN_JWT_SECRET (or
-FLAGDOWN_JWKS_URL); with neither set a random secret is generated for the run and logged with the
-flagdown token command that mints tokens for it. The relay and the expiry source sign events with
+FLAGDOWN_JWKS_URL); with neither set a random secret is generated for the run, written to a file
+only its owner may read (0600, in a 0700 folder, removed at exit) and that file's path logged with
+the flagdown token command that mints tokens for it (the secret itself is never logged). The relay and the expiry source sign events with
 FLAGDOWN_EVENT_SIGNING_KEY and the functions verify them with FLAGDOWN_EVENT_VERIFY_KEYS (a key pair
 generated for the run when neither is set; the signing key's own public key when only it is set);
 the cron and the WebSocket gateway authorize their calls with FLAGDOWN_INTERNAL_TOKEN, a random one
@@ -98,11 +99,13 @@ type platform struct {
 	embedded *server.Server
 	natsURL  string
 	tmpDir   string
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	log      *slog.Logger
-	disp     *broker.Dispatcher
-	push     *wsgateway.Gateway
+	// secretDir holds the token secret generated for the run (ensureTokenSecret); removed at Close.
+	secretDir string
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	log       *slog.Logger
+	disp      *broker.Dispatcher
+	push      *wsgateway.Gateway
 }
 
 // startPlatform opens the dependencies, migrates, starts the broker, the gateway on cfg.Addr, the
@@ -122,7 +125,7 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 		}
 	}()
 	var err error
-	if err := ensureTokenSecret(cfg, log); err != nil {
+	if p.secretDir, err = ensureTokenSecret(cfg, log); err != nil {
 		return nil, err
 	}
 	signer, tokens, err := ensureInternalKeys(cfg, log)
@@ -165,7 +168,7 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 			return nil, err
 		}
 	}
-	if p.broker, err = broker.Connect(ctx, p.natsURL, cfg.NATSStream, cfg.SubjectPrefix); err != nil {
+	if p.broker, err = broker.Connect(ctx, p.natsURL, cfg.NATSStream, cfg.SubjectPrefix, broker.WithCredentials(natsCredentials(cfg))); err != nil {
 		return nil, err
 	}
 	// The fleet gauges are read on scrape, by this long-running process only (never per function call).
@@ -294,6 +297,9 @@ func (p *platform) Close() error {
 	}
 	if p.tmpDir != "" {
 		_ = os.RemoveAll(p.tmpDir)
+	}
+	if p.secretDir != "" {
+		_ = os.RemoveAll(p.secretDir)
 	}
 	if p.deps != nil {
 		p.deps.Close()

@@ -11,9 +11,10 @@
 //	flagdown token          mint a client token (HS256 with FLAGDOWN_JWT_SECRET) for local use
 //	flagdown bench          measure flagdown beside the raw ceilings of its Redis and PostgreSQL, as ratios (make bench)
 //	flagdown keygen         write the event key pair and the internal token as secret files (mode 0600)
+//	flagdown dead-letters   the Knative dead-letter sink: log what identifies each undeliverable event, never its data
 //
 // Built with -tags production (the images of deploy/docker/Dockerfile) it carries only the
-// production commands: migrate, relay, expiry-source, cron, verify and keygen; dev, replay, chaos,
+// production commands: migrate, relay, expiry-source, cron, verify, keygen and dead-letters; dev, replay, chaos,
 // token and bench are for development machines (commands_dev.go).
 package main
 
@@ -34,7 +35,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newMigrateCmd(), newExpirySourceCmd(), newRelayCmd(), newVerifyCmd(), newCronCmd(), newKeygenCmd())
+	root.AddCommand(newMigrateCmd(), newExpirySourceCmd(), newRelayCmd(), newVerifyCmd(), newCronCmd(), newKeygenCmd(), newDeadLettersCmd())
 	root.AddCommand(devCommands()...)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -34,7 +34,7 @@ many drivers). A deployment behind an identity provider (FLAGDOWN_JWKS_URL) gets
 				return err
 			}
 			if cfg.JWTSecret == "" {
-				return errors.New("no FLAGDOWN_JWT_SECRET: set the secret the platform verifies with (make dev writes it to .local/dev.env; flagdown dev alone logs the one it generated)")
+				return errors.New("no FLAGDOWN_JWT_SECRET: set the secret the platform verifies with (make dev writes it to .local/dev.env; flagdown dev alone writes the one it generated to the 0600 file its log names)")
 			}
 			r := auth.Role(role)
 			if !r.Valid() {

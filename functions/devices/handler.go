@@ -3,6 +3,7 @@
 //
 //	PUT    /function/devices  {"platform": "fcm"|"apns"|"apns_sandbox", "token": "..."}  register (200)
 //	DELETE /function/devices  {"token": "..."}                                      unregister (200)
+//	POST   /function/devices/ticket                                                  a WebSocket connect ticket (200 TicketAnswer)
 //
 // Callers need a driver or rider token (auth.Require) and register their own phone only: the device
 // belongs to the token's role and subject. With no SNS platform application configured the
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/flagdown/flagdown/shared/app"
 	"github.com/flagdown/flagdown/shared/auth"
@@ -90,7 +92,50 @@ type DeviceView struct {
 	Enabled  bool   `json:"enabled"`
 }
 
+// TicketAnswer is the answer of POST /ticket: a connect ticket for the caller's WebSocket
+// (ws://…/ws?ticket=<ticket>, or the API Gateway URL with ?ticket=), good for one connect until
+// ExpiresAt (push.TicketTTL at most, never past the token it was minted with).
+type TicketAnswer struct {
+	Ticket    string    `json:"ticket"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// ticket mints a connect ticket for the caller, bound to his role, subject and token expiry.
+// It spends one unit of his FLAGDOWN_RATE_CONNECTS_PER_MIN and his client IP's
+// FLAGDOWN_RATE_PER_IP_PER_MIN budgets (the connect it opens spends none).
+func (f *Function) ticket(w http.ResponseWriter, r *http.Request, id auth.Identity) {
+	httpx.Serve(w, r, f.d.Log, http.MethodPost, func() (int, any, error) {
+		tok := strings.TrimSpace(r.Header.Get("Authorization"))
+		if len(tok) > 7 && strings.EqualFold(tok[:7], "Bearer ") {
+			tok = strings.TrimSpace(tok[7:])
+		}
+		exp, err := auth.TokenExpiry(tok)
+		if err != nil {
+			return 0, nil, err
+		}
+		u := push.User{Role: id.Role, ID: id.Subject}
+		if err := f.d.Limiter().AllowCaller(r.Context(), ratelimit.Connects, u.String(), "sub",
+			httpx.ClientIP(r, f.d.Config.TrustedProxyHops)); err != nil {
+			return 0, nil, err
+		}
+		t, until, err := f.d.Push().Registry.MintTicket(r.Context(), u, exp)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, TicketAnswer{Ticket: t, ExpiresAt: until.UTC()}, nil
+	})
+}
+
 func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/ticket" {
+		id, err := auth.Must(r)
+		if err != nil {
+			httpx.WriteError(w, r, f.d.Log, err)
+			return
+		}
+		f.ticket(w, r, id)
+		return
+	}
 	if r.URL.Path != "" && r.URL.Path != "/" {
 		httpx.WriteError(w, r, f.d.Log, dispatch.NotFound("path", r.URL.Path))
 		return

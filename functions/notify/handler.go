@@ -11,10 +11,13 @@
 //
 // All four are internal: the CloudEvent must carry the signature of flagdown's publishers
 // (shared/internalauth), the gateway's calls Authorization: Bearer <internal token>
-// (FLAGDOWN_INTERNAL_TOKEN), a static header of the gateway's HTTP integrations. The client's own token travels in X-Flagdown-Client-Token (from its upgrade
-// request's Authorization header or access_token query parameter) and is verified at connect
-// exactly as the HTTP API verifies it (shared/auth); the connection then belongs to the token's
-// role and subject, and nothing addressed to anyone else is ever posted to it.
+// (FLAGDOWN_INTERNAL_TOKEN), a static header of the gateway's HTTP integrations. The client proves
+// who it is at connect with a one-use connect ticket in X-Flagdown-Client-Ticket (minted by POST
+// /function/devices/ticket, from the upgrade request's ticket query parameter) or its token in
+// X-Flagdown-Client-Token (from the upgrade request's Authorization header, never from the URL),
+// verified exactly as the HTTP API verifies it (shared/auth); the connection then belongs to the
+// token's role and subject until the token expires, and nothing addressed to anyone else is ever
+// posted to it.
 //
 // Who gets what (push.MessageType): the offered driver his offer (and, with no live connection,
 // a mobile push to his registered devices), its expiry, its withdrawal when the rider cancels; the
@@ -137,35 +140,58 @@ type ConnectAnswer struct {
 	ConnectionID string `json:"connection_id"`
 	Role         string `json:"role"`
 	Subject      string `json:"subject"`
+	// ExpiresAt is when the connection's registration ends: the expiry of the token it was opened
+	// with, or push.ConnectionTTL from now if sooner. The gateway closes the socket then (flagdown
+	// dev's does; see docs/push.md for API Gateway).
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
-// connect verifies the client's token and registers the connection under its role and subject.
-// A connection evicted for being one too many of that user is closed. Each connect spends one unit
-// of the user's and of his client IP's FLAGDOWN_RATE_CONNECTS_PER_MIN / FLAGDOWN_RATE_PER_IP_PER_MIN
-// budgets (429 with Retry-After past them: the gateway refuses the socket).
+// connect authenticates the phone and registers the connection under its role and subject until
+// its token expires. The phone proves who it is with a connect ticket (HeaderClientTicket, one
+// use, minted by POST /function/devices/ticket) or with its token (HeaderClientToken, from the
+// upgrade request's Authorization header; a gateway never takes it from the URL). A connection
+// evicted for being one too many of that user is closed. Each token connect spends one unit of the
+// user's and of his client IP's FLAGDOWN_RATE_CONNECTS_PER_MIN / FLAGDOWN_RATE_PER_IP_PER_MIN
+// budgets (429 with Retry-After past them: the gateway refuses the socket); a ticket spent its
+// unit when it was minted.
 func (f *Function) connect(_ http.ResponseWriter, r *http.Request, connID string) (any, error) {
-	if f.d.Auth == nil {
-		return nil, dispatch.Unavailable("auth", fmt.Errorf("no token verifier configured"))
+	var u push.User
+	var until time.Time
+	if ticket := strings.TrimSpace(r.Header.Get(push.HeaderClientTicket)); ticket != "" {
+		var err error
+		if u, until, err = f.p.Registry.RedeemTicket(r.Context(), ticket); err != nil {
+			return nil, err
+		}
+	} else {
+		if f.d.Auth == nil {
+			return nil, dispatch.Unavailable("auth", fmt.Errorf("no token verifier configured"))
+		}
+		tok := strings.TrimSpace(r.Header.Get(HeaderClientToken))
+		if scheme, rest, ok := strings.Cut(tok, " "); ok && strings.EqualFold(scheme, "Bearer") {
+			tok = strings.TrimSpace(rest)
+		}
+		if tok == "" {
+			return nil, &dispatch.Error{Code: dispatch.CodeUnauthenticated, Field: HeaderClientToken,
+				Message: HeaderClientToken + ": a connection needs the client's token (Authorization: Bearer <token>) or a connect ticket (?ticket=)"}
+		}
+		id, err := f.d.Auth.Verify(tok)
+		if err != nil {
+			return nil, err
+		}
+		if until, err = auth.TokenExpiry(tok); err != nil {
+			return nil, err
+		}
+		u = push.User{Role: id.Role, ID: id.Subject}
+		// Connects are budgeted per user and per client IP (the gateway passes it in X-Forwarded-For).
+		if err := f.d.Limiter().AllowCaller(r.Context(), ratelimit.Connects, u.String(), "sub",
+			httpx.ClientIP(r, f.d.Config.TrustedProxyHops)); err != nil {
+			return nil, err
+		}
 	}
-	tok := strings.TrimSpace(r.Header.Get(HeaderClientToken))
-	if scheme, rest, ok := strings.Cut(tok, " "); ok && strings.EqualFold(scheme, "Bearer") {
-		tok = strings.TrimSpace(rest)
+	if max := time.Now().Add(f.p.Registry.TTL); until.After(max) {
+		until = max
 	}
-	if tok == "" {
-		return nil, &dispatch.Error{Code: dispatch.CodeUnauthenticated, Field: HeaderClientToken,
-			Message: HeaderClientToken + ": a connection needs the client's token (Authorization: Bearer <token> or ?access_token=)"}
-	}
-	id, err := f.d.Auth.Verify(tok)
-	if err != nil {
-		return nil, err
-	}
-	u := push.User{Role: id.Role, ID: id.Subject}
-	// Connects are budgeted per user and per client IP (the gateway passes it in X-Forwarded-For).
-	if err := f.d.Limiter().AllowCaller(r.Context(), ratelimit.Connects, u.String(), "sub",
-		httpx.ClientIP(r, f.d.Config.TrustedProxyHops)); err != nil {
-		return nil, err
-	}
-	evicted, err := f.p.Registry.Register(r.Context(), u, connID)
+	evicted, err := f.p.Registry.RegisterUntil(r.Context(), u, connID, until)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +200,7 @@ func (f *Function) connect(_ http.ResponseWriter, r *http.Request, connID string
 			f.d.Log.Warn("close evicted connection", "connection_id", old, "user", u.String(), "err", err)
 		}
 	}
-	return ConnectAnswer{ConnectionID: connID, Role: string(u.Role), Subject: u.ID}, nil
+	return ConnectAnswer{ConnectionID: connID, Role: string(u.Role), Subject: u.ID, ExpiresAt: until.UTC()}, nil
 }
 
 // disconnect forgets the connection; a connection never registered (or already forgotten) is fine.

@@ -23,7 +23,7 @@ import (
 // and builds it with the template's build step offline (GOPROXY=off, -mod=readonly: go.sum must be
 // complete). Each binary is then started the way a platform starts it — PORT set, credentials only
 // as files in a secrets folder — and must answer /_/health and /_/ready (real PostgreSQL and Redis),
-// and count a request to the function on /metrics under its name.
+// and count a request to the function on /metrics of its internal listener under its name.
 func TestBuildContexts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every function image's binary")
@@ -79,10 +79,11 @@ func serve(t *testing.T, bin, secrets, name string) {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
+	internal := freePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin)
 	cmd.Env = []string{
-		fmt.Sprintf("PORT=%d", port), "FLAGDOWN_SECRETS_DIR=" + secrets, "FLAGDOWN_REDIS_PREFIX=t:" + testkit.ID() + ":",
+		fmt.Sprintf("PORT=%d", port), fmt.Sprintf("FLAGDOWN_INTERNAL_ADDR=127.0.0.1:%d", internal), "FLAGDOWN_SECRETS_DIR=" + secrets, "FLAGDOWN_REDIS_PREFIX=t:" + testkit.ID() + ":",
 		"read_timeout=5s", "write_timeout=5s", "PATH=" + os.Getenv("PATH"), "K_SERVICE=" + name,
 	}
 	var logs bytes.Buffer
@@ -117,7 +118,7 @@ func serve(t *testing.T, bin, secrets, name string) {
 	}
 	resp.Body.Close()
 	code := resp.StatusCode // whatever the function answers an empty, unsigned request
-	resp, err = http.Get(base + "/metrics")
+	resp, err = http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", internal))
 	if err != nil {
 		t.Fatal(err)
 	}

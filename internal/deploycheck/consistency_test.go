@@ -14,6 +14,7 @@ import (
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/internal/deploycheck"
 	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/host"
 )
 
 // platformVars are variables the deployment platform provides to the template's entry point
@@ -36,6 +37,10 @@ type repo struct {
 }
 
 // repoRoot is the module root: the package folder's grandparent, checked by its go.mod.
+// internalPort is the port of a function process's internal listener (metrics, readiness
+// details), which the scrape annotations must name: the public port 8080 serves no metrics.
+var internalPort = strings.TrimPrefix(host.DefaultInternalAddr, ":")
+
 func repoRoot(t testing.TB) string {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
@@ -159,8 +164,8 @@ func TestStackFunctionsMatchTree(t *testing.T) {
 		if fn.Annotations["com.openfaas.health.http.path"] != "/_/health" || fn.Annotations["com.openfaas.ready.http.path"] != "/_/ready" {
 			t.Errorf("%s: health/ready annotations must be /_/health and /_/ready (template main.go): %v", n, fn.Annotations)
 		}
-		if fn.Annotations["prometheus.io.scrape"] != "true" || fn.Annotations["prometheus.io.port"] != "8080" || fn.Annotations["prometheus.io.path"] != "/metrics" {
-			t.Errorf("%s: scrape annotations must be prometheus.io.scrape true, port 8080, path /metrics (template main.go): %v", n, fn.Annotations)
+		if fn.Annotations["prometheus.io.scrape"] != "true" || fn.Annotations["prometheus.io.port"] != internalPort || fn.Annotations["prometheus.io.path"] != "/metrics" {
+			t.Errorf("%s: scrape annotations must be prometheus.io.scrape true, port %s (the internal listener, host.DefaultInternalAddr), path /metrics (template main.go): %v", n, internalPort, fn.Annotations)
 		}
 		if fn.Limits["memory"] == "" || fn.Limits["cpu"] == "" || fn.Requests["memory"] == "" {
 			t.Errorf("%s: limits and requests must be set", n)
@@ -575,8 +580,8 @@ func TestKnativeServicesMatchStack(t *testing.T) {
 		if minScale != wantMin || maxScale != fn.Labels["com.openfaas.scale.max"] {
 			t.Errorf("Service %s: min/max scale %s/%s, stack.yml says %s/%s", n, minScale, maxScale, wantMin, fn.Labels["com.openfaas.scale.max"])
 		}
-		if deploycheck.Str(ann, "prometheus.io/scrape") != "true" || deploycheck.Str(ann, "prometheus.io/port") != "8080" || deploycheck.Str(ann, "prometheus.io/path") != "/metrics" {
-			t.Errorf("Service %s: scrape annotations must be prometheus.io/scrape true, port 8080, path /metrics: %v", n, ann)
+		if deploycheck.Str(ann, "prometheus.io/scrape") != "true" || deploycheck.Str(ann, "prometheus.io/port") != internalPort || deploycheck.Str(ann, "prometheus.io/path") != "/metrics" {
+			t.Errorf("Service %s: scrape annotations must be prometheus.io/scrape true, port %s (the internal listener, host.DefaultInternalAddr), path /metrics: %v", n, internalPort, ann)
 		}
 		if deploycheck.Str(ann, "autoscaling.knative.dev/min-scale") == "0" && len(events.TypesFor(n)) > 0 {
 			t.Errorf("Service %s: event-triggered functions must not scale to zero", n)

@@ -75,18 +75,24 @@ type Broker struct {
 // Connect connects to the NATS server at url and makes sure two streams exist: stream, on the
 // subjects <subjectPrefix>.> (file storage, DuplicateWindow de-duplication), and the dead-letter
 // stream <stream>_DLQ on <subjectPrefix>-dlq.>. Existing streams are updated to this configuration.
-func Connect(ctx context.Context, url, stream, subjectPrefix string) (*Broker, error) {
+// opts add credentials and TLS (WithCredentials), nats.go options, or ExistingStreams.
+func Connect(ctx context.Context, url, stream, subjectPrefix string, opts ...Option) (*Broker, error) {
+	var co connectOptions
+	for _, o := range opts {
+		o(&co)
+	}
 	if stream == "" || strings.ContainsAny(stream, ". *>\t\r\n/\\") {
 		return nil, fmt.Errorf("broker: invalid stream name %q", stream)
 	}
 	if !validSubject(subjectPrefix) {
 		return nil, fmt.Errorf("broker: invalid subject prefix %q", subjectPrefix)
 	}
-	nc, err := nats.Connect(url,
+	nopts := append([]nats.Option{
 		nats.Name("flagdown"),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
-	)
+		nats.ReconnectWait(250 * time.Millisecond),
+	}, co.nats...)
+	nc, err := nats.Connect(url, nopts...)
 	if err != nil {
 		return nil, dispatch.Unavailable("nats", fmt.Errorf("broker: connect %s: %w", url, err))
 	}
@@ -117,6 +123,13 @@ func Connect(ctx context.Context, url, stream, subjectPrefix string) (*Broker, e
 		},
 	}
 	for _, cfg := range streams {
+		if co.existing {
+			if _, err := js.Stream(ctx, cfg.Name); err != nil {
+				nc.Close()
+				return nil, dispatch.Unavailable("nats", fmt.Errorf("broker: stream %s: %w", cfg.Name, err))
+			}
+			continue
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			nc.Close()
 			return nil, dispatch.Unavailable("nats", fmt.Errorf("broker: ensure stream %s: %w", cfg.Name, err))

@@ -41,6 +41,23 @@ type Config struct {
 	NATSStream string `env:"FLAGDOWN_NATS_STREAM" envDefault:"FLAGDOWN"`
 	// SubjectPrefix is the NATS subject prefix; an event of type T is published on <prefix>.<T>.
 	SubjectPrefix string `env:"FLAGDOWN_SUBJECT_PREFIX" envDefault:"flagdown.events"`
+	// NATSUser and NATSPassword authenticate to NATS as a user of the server's authorization block
+	// (deploy/nats/authorization.conf: only the relay's and the expiry source's users may publish
+	// events; a trigger's may only consume and acknowledge). The password is a credential: the
+	// secret file flagdown-nats-password in a deployment (SecretVars). Empty: no user.
+	NATSUser     string `env:"FLAGDOWN_NATS_USER"`
+	NATSPassword string `env:"FLAGDOWN_NATS_PASSWORD"`
+	// NATSCreds is the path of a NATS credentials file (a user JWT and its nkey seed, made with
+	// nsc), the decentralized alternative to NATSUser; empty: none.
+	NATSCreds string `env:"FLAGDOWN_NATS_CREDS"`
+	// NATSCAFile is the PEM file of the CA the NATS server's TLS certificate must chain to; set (or
+	// a tls:// NATS_URL, verified against the system's roots) the connection uses TLS.
+	NATSCAFile string `env:"FLAGDOWN_NATS_CA_FILE"`
+	// NATSCertFile and NATSKeyFile are a TLS client certificate and its key (PEM) for a server
+	// that verifies clients (verify: true, or verify_and_map for users by certificate); both or
+	// neither.
+	NATSCertFile string `env:"FLAGDOWN_NATS_CERT_FILE"`
+	NATSKeyFile  string `env:"FLAGDOWN_NATS_KEY_FILE"`
 	// EventSigningKey is the private key the outbox relay and the expiry source sign every event
 	// with (shared/internalauth: <key id>:<base64url Ed25519 seed>). Only those two get it; a
 	// credential, the secret file flagdown-event-signing-key in a deployment (SecretVars).

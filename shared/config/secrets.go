@@ -14,7 +14,7 @@ import (
 // mount the flagdown Secret at the same path. Load reads them from there.
 
 // SecretVars are the variables that may come from a secret file instead of the environment.
-var SecretVars = []string{"DATABASE_URL", "REDIS_URL", "NATS_URL", "FLAGDOWN_JWT_SECRET",
+var SecretVars = []string{"DATABASE_URL", "REDIS_URL", "NATS_URL", "FLAGDOWN_NATS_PASSWORD", "FLAGDOWN_JWT_SECRET",
 	"FLAGDOWN_EVENT_SIGNING_KEY", "FLAGDOWN_EVENT_VERIFY_KEYS", "FLAGDOWN_INTERNAL_TOKEN"}
 
 // DefaultSecretsDir is where Load looks for secret files unless FLAGDOWN_SECRETS_DIR says otherwise.

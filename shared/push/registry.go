@@ -96,14 +96,28 @@ func unavailable(err error) error { return dispatch.Unavailable("redis", err) }
 // Register records that u holds connection connID, for TTL. It returns the connection ids evicted
 // because u now holds more than MaxConnectionsPerUser (oldest first); the caller closes them.
 func (r *Registry) Register(ctx context.Context, u User, connID string) ([]string, error) {
+	return r.RegisterUntil(ctx, u, connID, r.now().Add(r.TTL))
+}
+
+// RegisterUntil is Register for a connection that ends at until (the expiry of the token it was
+// opened with) or after TTL, whichever comes first: from then on nothing is posted to it and
+// Lookup does not find it. An until already past is a CodeUnauthenticated error.
+func (r *Registry) RegisterUntil(ctx context.Context, u User, connID string, until time.Time) ([]string, error) {
 	now := r.now()
-	exp := now.Add(r.TTL).UnixMilli()
+	ttl := r.TTL
+	if d := until.Sub(now); d < ttl {
+		ttl = d
+	}
+	if ttl <= 0 {
+		return nil, &dispatch.Error{Code: dispatch.CodeUnauthenticated, Field: HeaderClientToken, Message: "the token has expired"}
+	}
+	exp := now.Add(ttl).UnixMilli()
 	uk := r.userKey(u)
 	pipe := r.rdb.Pipeline()
 	pipe.ZRemRangeByScore(ctx, uk, "-inf", strconv.FormatInt(now.UnixMilli(), 10))
 	pipe.ZAdd(ctx, uk, redis.Z{Score: float64(exp), Member: connID})
 	pipe.PExpire(ctx, uk, r.TTL)
-	pipe.Set(ctx, r.connKey(connID), u.String(), r.TTL)
+	pipe.Set(ctx, r.connKey(connID), u.String(), ttl)
 	card := pipe.ZCard(ctx, uk)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, unavailable(err)

@@ -11,9 +11,11 @@
 // as set). build.sh builds it by naming the file, to which go build applies no build constraints.
 //
 // It plays the part of the OpenFaaS of-watchdog in http mode and the golang-middleware main: it
-// serves function.Handle on :$PORT (default 8080, the port OpenFaaS and Knative call), answers
-// GET /_/health (process up) and GET /_/ready (PostgreSQL and Redis reachable) for the probes and
-// GET /metrics (Prometheus, shared/metrics; the manifests' scrape annotations name it), writes
+// serves function.Handle on :$PORT (default 8080, the port OpenFaaS and Knative call) with
+// GET /_/health (process up) and GET /_/ready (PostgreSQL and Redis reachable: ok or not, never
+// why) for the probes (host.PublicHandler); GET /metrics (Prometheus, shared/metrics; the
+// manifests' scrape annotations name its port) and the readiness details only on the internal
+// listener FLAGDOWN_INTERNAL_ADDR (default :9090, host.InternalHandler), which no route reaches; writes
 // the /tmp/.lock file exec probes look for, applies read_timeout / write_timeout, drains requests
 // on SIGTERM for up to write_timeout, and exports traces when the OTEL_* environment turns them on
 // (shared/tracing), flushing them at exit.
@@ -22,7 +24,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
 	"os/signal"
@@ -35,7 +36,6 @@ import (
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/httpx"
-	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/tracing"
 )
 
@@ -67,32 +67,24 @@ func main() {
 		port = "8080"
 	}
 
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /_/health", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
-	})
-	mux.HandleFunc("GET /_/ready", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		d, err := host.Process(ctx)
-		if err == nil {
-			err = d.Ready(ctx)
-		}
-		if err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = fmt.Fprintf(w, "{\"status\":\"unavailable\",\"error\":%q}\n", err.Error())
-			return
-		}
-		_, _ = w.Write([]byte(`{"status":"ready"}` + "\n"))
-	})
-	mux.Handle("GET /metrics", metrics.Handler())
-	mux.Handle("/", httpx.Instrument(functionName(), http.HandlerFunc(function.Handle)))
+	// The public port serves the function and the probes' ok / not ok; metrics and the readiness
+	// details (they name hosts, users and databases) only on the internal listener, which no
+	// gateway route reaches.
+	handler := host.PublicHandler(httpx.Instrument(functionName(), http.HandlerFunc(function.Handle)), host.ProcessReady)
+	internalAddr, set := os.LookupEnv(host.InternalAddrVariable)
+	if !set {
+		internalAddr = host.DefaultInternalAddr
+	}
+	_, stopInternal, err := host.ServeInternal(internalAddr, host.InternalHandler(host.ProcessReady), log)
+	if err != nil {
+		log.Error("internal listener", "err", err)
+		os.Exit(1)
+	}
+	defer stopInternal()
 
 	srv := &http.Server{
 		Addr:              ":" + port,
-		Handler:           mux,
+		Handler:           handler,
 		ReadHeaderTimeout: readTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,

@@ -49,7 +49,7 @@ func Run(ctx context.Context, opts Options, out io.Writer) (*Summary, error) {
 		}
 	}
 	if opts.JWTSecret == "" {
-		return nil, fmt.Errorf("no token secret: give the replay the platform's FLAGDOWN_JWT_SECRET (make dev writes it to .local/dev.env; flagdown dev alone logs the one it generated) to mint its drivers' and riders' tokens")
+		return nil, fmt.Errorf("no token secret: give the replay the platform's FLAGDOWN_JWT_SECRET (make dev writes it to .local/dev.env; flagdown dev alone writes the one it generated to the 0600 file its log names) to mint its drivers' and riders' tokens")
 	}
 
 	all := opts.Trips

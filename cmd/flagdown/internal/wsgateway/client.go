@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,18 +16,22 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/flagdown/flagdown/shared/push"
 )
 
 // WebSocket close codes the gateway sends (RFC 6455 §7.4.1).
 const (
-	statusNormal     = websocket.StatusNormalClosure // 1000: DELETE
-	statusGoingAway  = websocket.StatusGoingAway     // 1001: shutdown, reaps
-	statusMessageBig = websocket.StatusMessageTooBig // 1009: a frame or message over the limit
-	statusInternal   = websocket.StatusInternalError // 1011: a posted message that could not be written
+	statusNormal     = websocket.StatusNormalClosure   // 1000: DELETE
+	statusGoingAway  = websocket.StatusGoingAway       // 1001: shutdown, reaps
+	statusMessageBig = websocket.StatusMessageTooBig   // 1009: a frame or message over the limit
+	statusInternal   = websocket.StatusInternalError   // 1011: a posted message that could not be written
+	statusPolicy     = websocket.StatusPolicyViolation // 1008: the token the connection was opened with expired
 )
 
 const (
-	queryToken       = "access_token"     // browsers cannot set headers on a WebSocket
+	queryToken       = "access_token"     // a token in the URL: refused (URLs are logged)
+	queryTicket      = "ticket"           // a connect ticket: how browsers, which cannot set headers on a WebSocket, connect
 	bearerPrefix     = "Bearer "          // the client's Authorization scheme
 	jsonContentType  = "application/json" // message integration body
 	refusalBodyLimit = 4 << 10            // bytes of a connect refusal's body passed to the client
@@ -46,7 +51,10 @@ type conn struct {
 	sourceIP    string
 	userAgent   string
 	connectedAt time.Time
-	lastActive  atomic.Int64 // unix nanoseconds of the last data message either way
+	// expiresAt is when the connect integration said the connection ends (its token's expiry);
+	// zero: only MaxConnectionDuration applies.
+	expiresAt  time.Time
+	lastActive atomic.Int64 // unix nanoseconds of the last data message either way
 
 	ready  chan struct{}   // closed when ws, guard and connectedAt are set (ws nil: the upgrade failed)
 	ctx    context.Context // ends when the connection starts to close
@@ -118,11 +126,20 @@ func (g *Gateway) serveClient(w http.ResponseWriter, r *http.Request) {
 	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		ip = h
 	}
-	if !g.connect(w, r, id, ip) {
+	if r.URL.Query().Has(queryToken) {
+		// A token in the URL ends up in access logs, proxies and browser history: refused before
+		// any integration hears of it. Browsers connect with a ticket instead.
+		g.refused.Add(1)
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		writeJSONError(w, http.StatusUnauthorized, "", "a token may not travel in the URL: send Authorization: Bearer <token>, or connect with ?ticket= (POST /function/devices/ticket)")
+		return
+	}
+	ok, expiresAt := g.connect(w, r, id, ip)
+	if !ok {
 		g.refused.Add(1)
 		return
 	}
-	c := &conn{g: g, id: id, sourceIP: ip, userAgent: r.UserAgent(), ready: make(chan struct{}), closed: make(chan struct{})}
+	c := &conn{g: g, id: id, sourceIP: ip, userAgent: r.UserAgent(), expiresAt: expiresAt, ready: make(chan struct{}), closed: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	registered := false
 	// The connection becomes postable when the 101 is committed, before the client can see it; a
@@ -164,12 +181,17 @@ func (g *Gateway) serveClient(w http.ResponseWriter, r *http.Request) {
 }
 
 // connect runs the connect integration; false when it refused (the client has been answered).
-func (g *Gateway) connect(w http.ResponseWriter, r *http.Request, id, ip string) bool {
+// When it accepted it also returns the expires_at of its answer (the connection's token expiry;
+// zero when it names none).
+func (g *Gateway) connect(w http.ResponseWriter, r *http.Request, id, ip string) (bool, time.Time) {
 	if g.opts.ConnectURL == "" {
-		return true
+		return true, time.Time{}
 	}
 	h := http.Header{}
 	h.Set(HeaderClientToken, clientToken(r))
+	if t := r.URL.Query().Get(queryTicket); t != "" {
+		h.Set(push.HeaderClientTicket, t)
+	}
 	h.Set("X-Forwarded-For", ip)
 	h.Set("User-Agent", r.UserAgent())
 	ctx, cancel := context.WithCancel(r.Context())
@@ -179,10 +201,14 @@ func (g *Gateway) connect(w http.ResponseWriter, r *http.Request, id, ip string)
 	if err != nil {
 		g.opts.Log.Error("connect integration failed", "connection_id", id, "url", g.opts.ConnectURL, "err", err)
 		writeJSONError(w, http.StatusBadGateway, "", "Internal server error")
-		return false
+		return false, time.Time{}
 	}
 	if resp.StatusCode/100 == 2 {
-		return true
+		var answer struct {
+			ExpiresAt time.Time `json:"expires_at"`
+		}
+		_ = json.Unmarshal(body, &answer) // an answer without expires_at: no expiry of its own
+		return true, answer.ExpiresAt
 	}
 	for _, k := range []string{"Content-Type", "Www-Authenticate", "Retry-After"} {
 		if v := resp.Header.Values(k); len(v) > 0 {
@@ -191,16 +217,16 @@ func (g *Gateway) connect(w http.ResponseWriter, r *http.Request, id, ip string)
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(body[:min(len(body), refusalBodyLimit)])
-	return false
+	return false, time.Time{}
 }
 
-// clientToken is the JWT of the upgrade request: its Authorization Bearer, else its access_token
-// query parameter, else "".
+// clientToken is the JWT of the upgrade request's Authorization Bearer, else "" (never from the
+// URL).
 func clientToken(r *http.Request) string {
 	if a := r.Header.Get("Authorization"); len(a) > len(bearerPrefix) && strings.EqualFold(a[:len(bearerPrefix)], bearerPrefix) {
 		return strings.TrimSpace(a[len(bearerPrefix):])
 	}
-	return r.URL.Query().Get(queryToken)
+	return ""
 }
 
 // run reads the client's messages until the socket ends, then runs the disconnect integration.
@@ -266,6 +292,13 @@ func (c *conn) supervise() {
 	o := c.g.opts
 	maxT := time.NewTimer(o.MaxConnectionDuration)
 	defer maxT.Stop()
+	// The token's expiry, when the connect integration named one: the socket closes then.
+	var expired <-chan time.Time
+	if !c.expiresAt.IsZero() {
+		expT := time.NewTimer(time.Until(c.expiresAt))
+		defer expT.Stop()
+		expired = expT.C
+	}
 	idleT := time.NewTimer(o.IdleTimeout)
 	defer idleT.Stop()
 	ping := time.NewTicker(o.PingInterval)
@@ -279,6 +312,9 @@ func (c *conn) supervise() {
 			return
 		case <-maxT.C:
 			go c.shutdown(ReasonMaxDuration, statusGoingAway, "maximum connection duration reached")
+			return
+		case <-expired:
+			go c.shutdown(ReasonTokenExpired, statusPolicy, "token expired")
 			return
 		case <-idleT.C:
 			idle := time.Since(time.Unix(0, c.lastActive.Load()))

@@ -154,6 +154,7 @@ const (
 	ReasonClient        CloseReason = "client"          // the client closed it or its TCP connection broke
 	ReasonIdle          CloseReason = "idle"            // reaped: IdleTimeout without a data message
 	ReasonMaxDuration   CloseReason = "max_duration"    // reaped: MaxConnectionDuration reached
+	ReasonTokenExpired  CloseReason = "token_expired"   // the token it was opened with expired (the connect answer's expires_at)
 	ReasonPongTimeout   CloseReason = "pong_timeout"    // reaped: a ping went unanswered for PongTimeout
 	ReasonFrameTooBig   CloseReason = "frame_too_big"   // the client sent a frame over MaxFrameBytes
 	ReasonMessageTooBig CloseReason = "message_too_big" // the client sent a message over MaxMessageBytes

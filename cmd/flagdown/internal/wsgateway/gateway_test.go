@@ -464,12 +464,28 @@ func TestLivePeerAnswersPingsAndStays(t *testing.T) {
 	}
 }
 
+// TestTokenInQueryRefused: a token in the upgrade URL (access_token) is refused with 401 before the
+// connect integration hears of it; URLs end up in logs.
+func TestTokenInQueryRefused(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	_, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(e.srv.URL, "http")+"/ws?access_token=browser-token", nil)
+	if err == nil {
+		t.Fatal("handshake accepted")
+	}
+	if resp == nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("got %v %v, want 401", resp, err)
+	}
+	none(t, e.in.connects, "connect")
+}
+
 func TestConnectRefusalRefusesTheHandshake(t *testing.T) {
 	e := newEnv(t, nil)
 	e.in.refuse(http.StatusUnauthorized, `{"error":{"code":"unauthenticated"}}`)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	_, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(e.srv.URL, "http")+"/ws?access_token=browser-token", nil)
+	_, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(e.srv.URL, "http")+"/ws?ticket=browser-ticket", nil)
 	if err == nil {
 		t.Fatal("handshake accepted")
 	}
@@ -481,8 +497,8 @@ func TestConnectRefusalRefusesTheHandshake(t *testing.T) {
 		t.Errorf("refusal body %q (%s), want the integration's", b, resp.Header.Get("Content-Type"))
 	}
 	c := next(t, e.in.connects, "connect")
-	if got := c.header.Get(wsgateway.HeaderClientToken); got != "browser-token" {
-		t.Errorf("token from the query: %q", got)
+	if got := c.header.Get(push.HeaderClientTicket); got != "browser-ticket" {
+		t.Errorf("ticket from the query: %q", got)
 	}
 	id := c.header.Get(wsgateway.HeaderConnectionID)
 	if err := e.mgmt.PostToConnection(ctx, id, []byte("x")); !push.IsGone(err) {
