@@ -170,7 +170,7 @@ func (r *runner) ingest(ctx context.Context) error {
 		return redisBenchmarkGEOADD(ctx, r.o.RedisBenchmark, opt, geoKey, ingestClients, pipeline, geoN[pipeline])
 	}
 	// The script alone: Store.ApplyPings, batch pings per call.
-	eval := func(batch int) (float64, [2]float64, error) {
+	eval := func(batch int) (float64, [3]float64, error) {
 		c0, t0 := snapshot(ctx, rdb), time.Now()
 		rate, err := closedLoop(ctx, ingestClients, dur, func(ctx context.Context, w int) (int, error) {
 			res, err := store.ApplyPings(ctx, nextPings(w, batch))
@@ -184,12 +184,13 @@ func (r *runner) ingest(ctx context.Context) error {
 			}
 			return batch, nil
 		})
-		c, rc := per(c0, snapshot(ctx, rdb), rate*time.Since(t0).Seconds())
-		return rate, [2]float64{c, rc}, err
+		c1, n := snapshot(ctx, rdb), rate*time.Since(t0).Seconds()
+		c, rc := per(c0, c1, n)
+		return rate, [3]float64{c, rc, redisCPUPer(c0, c1, n)}, err
 	}
 	// flagdown: the location-update handler over loopback HTTP.
 	bufs := make([][]byte, ingestClients)
-	overHTTP := func(batch int) (float64, [2]float64, error) {
+	overHTTP := func(batch int) (float64, [3]float64, error) {
 		c0, t0 := snapshot(ctx, rdb), time.Now()
 		rate, err := closedLoop(ctx, ingestClients, dur, func(ctx context.Context, w int) (int, error) {
 			bufs[w] = batchJSON(bufs[w][:0], nextPings(w, batch), batch == 1)
@@ -213,8 +214,9 @@ func (r *runner) ingest(ctx context.Context) error {
 			}
 			return batch, nil
 		})
-		c, rc := per(c0, snapshot(ctx, rdb), rate*time.Since(t0).Seconds())
-		return rate, [2]float64{c, rc}, err
+		c1, n := snapshot(ctx, rdb), rate*time.Since(t0).Seconds()
+		c, rc := per(c0, c1, n)
+		return rate, [3]float64{c, rc, redisCPUPer(c0, c1, n)}, err
 	}
 
 	// Rounds: each flagdown figure is measured right after its ceilings, so a change of the
@@ -223,8 +225,8 @@ func (r *runner) ingest(ctx context.Context) error {
 	var (
 		geoP, geo1 []float64
 		ev, ht     = map[int][]float64{}, map[int][]float64{}
-		evCost     = map[int][][2]float64{}
-		htCost     = map[int][][2]float64{}
+		evCost     = map[int][][3]float64{}
+		htCost     = map[int][][3]float64{}
 		ratio      = map[string][]float64{}
 	)
 	for round := range rounds {
@@ -260,12 +262,24 @@ func (r *runner) ingest(ctx context.Context) error {
 			"evalsha_1/100/500", fmt.Sprintf("%.0f/%.0f/%.0f", ev[1][round], ev[100][round], ev[500][round]),
 			"http_1/100/500", fmt.Sprintf("%.0f/%.0f/%.0f", ht[1][round], ht[100][round], ht[500][round]))
 	}
-	medCost := func(cs [][2]float64) (float64, float64) {
+	medCost := func(cs [][3]float64) (float64, float64) {
 		var a, b []float64
 		for _, c := range cs {
 			a, b = append(a, c[0]), append(b, c[1])
 		}
 		return median(a), median(b)
+	}
+	medCPU := func(cs [][3]float64) ([]float64, float64) {
+		var v []float64
+		for _, c := range cs {
+			if c[2] >= 0 {
+				v = append(v, c[2])
+			}
+		}
+		if len(v) == 0 {
+			return nil, -1
+		}
+		return v, median(v)
 	}
 	spread := func(v []float64) string {
 		if len(v) < 2 {
@@ -300,6 +314,31 @@ func (r *runner) ingest(ctx context.Context) error {
 		rep.add(Row{Section: "ingest", Name: vs, Value: median(ht[b]), Unit: "pings/s",
 			Ceiling: evalName(b), CeilingValue: median(ev[b]), Ratio: median(ratio[fmt.Sprintf("http%d/eval", b)]),
 			Note: "the script's Redis work alone is the ceiling of what the handler can add" + spread(ratio[fmt.Sprintf("http%d/eval", b)])})
+	}
+	// The per-ping budget (issue 18): Redis's process CPU per ping offered through the handler, the
+	// rate limiter included, parsing and I/O included (INFO cpu; commandstats leaves them out).
+	for _, b := range []int{100, 1} {
+		v, med := medCPU(htCost[b])
+		if med < 0 {
+			continue
+		}
+		name := fmt.Sprintf("Redis CPU per ping, HTTP batch %d (rate limiter on)", b)
+		target, want := "≤ 8 µs", 8.0
+		if b == 1 {
+			name, target, want = "Redis CPU per ping, HTTP single ping (rate limiter on)", "—", 0
+		}
+		var rng string
+		if len(v) > 1 {
+			rng = fmt.Sprintf("; %d rounds, %.1f–%.1f µs", len(v), slices.Min(v), slices.Max(v))
+		}
+		_, cmdUs := medCost(htCost[b])
+		row := Row{Section: "ingest", Name: name, Value: med, Unit: "µs/ping", Target: target,
+			Note: fmt.Sprintf("INFO cpu used_cpu_user + used_cpu_sys delta over every master / pings offered "+
+				"(every client's: run on a private Redis for a clean figure); commands alone (commandstats) %.1f µs%s", cmdUs, rng)}
+		if want > 0 {
+			row.Met = met(med <= want)
+		}
+		rep.add(row)
 	}
 	for _, b := range []int{1, 500} {
 		raw, rawName := geoP, geoPName
