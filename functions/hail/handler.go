@@ -122,11 +122,17 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		// A rider's valid press spends one ride request of his budget (FLAGDOWN_RATE_RIDES_PER_MIN),
 		// a driver's one ping (FLAGDOWN_RATE_PINGS_PER_MIN: a press reports where he is).
-		kind, field := ratelimit.RideRequests, "rider_id"
+		field := "rider_id"
 		if p.Side == dispatch.HailDriver {
-			kind, field = ratelimit.Pings, "driver_id"
-		}
-		if err := f.d.Limiter().Allow(r.Context(), kind, p.ID, field, 1); err != nil {
+			field = "driver_id"
+			wait, err := f.d.Redis.SpendPing(r.Context(), p.ID)
+			if err != nil {
+				return 0, nil, err
+			}
+			if wait > 0 {
+				return 0, nil, ratelimit.Refusal(ratelimit.Pings, f.d.Redis.PingsPerMin, field, wait)
+			}
+		} else if err := f.d.Limiter().Allow(r.Context(), ratelimit.RideRequests, p.ID, field, 1); err != nil {
 			return 0, nil, err
 		}
 		// And one press of his and his client IP's hail budgets (FLAGDOWN_RATE_HAILS_PER_MIN,

@@ -16,7 +16,6 @@ package function
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -111,37 +110,22 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return 0, nil, err
 		}
-		limited, err := f.spend(r.Context(), pings)
+		// One round trip for the whole call; each ping spends its driver's budget in the script.
+		results, err := f.d.Redis.ApplyPings(r.Context(), pings)
 		if err != nil {
 			return 0, nil, err
 		}
-		if single && limited[pings[0].DriverID] != nil {
-			return 0, nil, limited[pings[0].DriverID]
-		}
-		apply := make([]redisstore.Ping, 0, len(pings))
-		for _, p := range pings {
-			if limited[p.DriverID] == nil {
-				apply = append(apply, p)
-			}
-		}
-		var results []redisstore.PingResult
-		if len(apply) > 0 {
-			if results, err = f.d.Redis.ApplyPings(r.Context(), apply); err != nil {
-				return 0, nil, err
-			}
+		if single && results[0].Rejected == RejectedRateLimited {
+			return 0, nil, ratelimit.Refusal(ratelimit.Pings, f.d.Redis.PingsPerMin, "driver_id", results[0].RetryAfter)
 		}
 		out := make([]PingResponse, len(pings))
 		var ups []push.PositionUpdate
-		for i, j := 0, 0; i < len(pings); i++ {
-			if limited[pings[i].DriverID] != nil {
-				out[i] = PingResponse{DriverID: pings[i].DriverID, Rejected: RejectedRateLimited}
-				metrics.Pings.WithLabelValues(RejectedRateLimited).Inc()
-				continue
+		for i, res := range results {
+			p := pings[i]
+			out[i] = PingResponse{DriverID: p.DriverID, Applied: res.Applied, Rejected: res.Rejected, Status: res.Status, Offer: res.Offer}
+			if res.Rejected == RejectedRateLimited {
+				out[i].Status = ""
 			}
-			res := results[j]
-			p := apply[j]
-			j++
-			out[i] = PingResponse{DriverID: pings[i].DriverID, Applied: res.Applied, Rejected: res.Rejected, Status: res.Status, Offer: res.Offer}
 			observePing(res)
 			if res.PushRide != "" {
 				ups = append(ups, push.PositionUpdate{At: p.At, Data: push.DriverPosition{
@@ -278,24 +262,13 @@ func (f *Function) validate(reqs []PingRequest, single bool, id auth.Identity) (
 }
 
 // RejectedRateLimited is PingResponse.Rejected for a ping of a batch whose driver spent his ping
-// budget (FLAGDOWN_RATE_PINGS_PER_MIN): nothing of his was applied, the batch's other pings were.
-// A single ping past the budget answers 429 with Retry-After instead.
-const RejectedRateLimited = "rate_limited"
-
-// spend charges each driver's ping budget one unit per ping of his in the call and returns the
-// rate_limited error of every driver past it (his pings are not applied), in one Redis round trip.
-// Errors are Redis's.
-func (f *Function) spend(ctx context.Context, pings []redisstore.Ping) (map[string]error, error) {
-	n := map[string]int{}
-	for _, p := range pings {
-		n[p.DriverID]++
-	}
-	// One round trip for the whole call (a pipeline), not one per driver.
-	return f.d.Limiter().AllowEach(ctx, ratelimit.Pings, n, "driver_id")
-}
+// budget (FLAGDOWN_RATE_PINGS_PER_MIN, spent in the ping script: redisstore.RejectedRateLimited):
+// that ping was not applied, the batch's other pings were. A single ping past the budget answers
+// 429 with Retry-After instead.
+const RejectedRateLimited = redisstore.RejectedRateLimited
 
 // observePing counts one ping the store judged in metrics.Pings: applied, or its rejection (stale,
-// gps_jump).
+// gps_jump, rate_limited).
 func observePing(res redisstore.PingResult) {
 	result := "applied"
 	if !res.Applied {

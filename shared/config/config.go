@@ -246,8 +246,9 @@ type Config struct {
 	// RateRidesPerMin is how many ride requests (order-create calls) one rider may make per minute,
 	// with a burst of as many (shared/ratelimit); 0 disables the limit.
 	RateRidesPerMin int `env:"FLAGDOWN_RATE_RIDES_PER_MIN" envDefault:"20"`
-	// RatePingsPerMin is how many pings one driver may send per minute, with a burst of as many; a
-	// batch spends one unit per ping of that driver. The default, 600 (10 per second), is 40 times an
+	// RatePingsPerMin is how many pings one driver may send per minute, with a burst of as many
+	// (kept in his Redis hash, spent by the ping script: redisstore.Store.PingsPerMin); each ping of
+	// a batch spends one unit, in order. The default, 600 (10 per second), is 40 times an
 	// app pinging every 4 s; 0 disables the limit.
 	RatePingsPerMin int `env:"FLAGDOWN_RATE_PINGS_PER_MIN" envDefault:"600"`
 	// RateEstimatesPerMin is how many fare estimates (each stores a quote for 5 minutes) one rider

@@ -165,10 +165,11 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Deps, err
 }
 
 // NewStore returns the Redis store over rdb configured as cfg says (prefix, heartbeat TTL, speed
-// limit, driver-state TTL, miss memory, and the position push interval when push is on).
+// limit, driver-state TTL, miss memory, ping budget, and the position push interval when push is on).
 func NewStore(rdb redis.UniversalClient, cfg *config.Config) *redisstore.Store {
 	s := redisstore.New(rdb, cfg.RedisPrefix, cfg.HeartbeatTTL, cfg.MaxSpeedMPS)
 	s.DriverStateTTL, s.MissMemory, s.BatchWindow = cfg.DriverStateTTL, cfg.MissMemory, cfg.BatchWindow
+	s.PingsPerMin = cfg.RatePingsPerMin
 	if cfg.PushEndpoint != "" {
 		s.PositionPushInterval = cfg.PushPositionInterval
 	}

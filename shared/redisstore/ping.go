@@ -34,7 +34,7 @@ type Ping struct {
 type PingResult struct {
 	// Applied is true when the ping became the driver's position.
 	Applied bool
-	// Rejected is "stale" or "gps_jump" when Applied is false.
+	// Rejected is "stale", "gps_jump" or "rate_limited" (RejectedRateLimited) when Applied is false.
 	Rejected string
 	// Status is the driver's status after the ping.
 	Status dispatch.DriverStatus
@@ -43,14 +43,24 @@ type PingResult struct {
 	// PushRide is the ride whose rider is due a push of this position (Store.PositionPushInterval
 	// passed since the last one of that ride), empty otherwise.
 	PushRide string
+	// RetryAfter is how long the driver should wait before his next ping is within his budget
+	// (Store.PingsPerMin) when Rejected is "rate_limited"; 0 otherwise.
+	RetryAfter time.Duration
 }
 
-// pingScript applies one ping atomically (scripts/ping.lua: its KEYS, ARGV and rules); one round
-// trip per call, pipelined for batches.
-var pingScript = loadScript(nowLua, availableLua, "ping.lua")
+// RejectedRateLimited is PingResult.Rejected for a ping past its driver's budget (Store.PingsPerMin):
+// it changed nothing, not even his heartbeat, and spent nothing.
+const RejectedRateLimited = "rate_limited"
+
+// pingScript applies one ping atomically, its rate budget included (scripts/ping.lua: its KEYS,
+// ARGV and rules); one round trip per call, pipelined for batches.
+var pingScript = loadScript(nowLua, availableLua, pingBudgetLua, "ping.lua")
 
 // ApplyPings applies pings in one round trip (a pipeline of script calls) and returns one result
-// per ping, in order. It returns a CodeUnavailable error if Redis cannot be reached.
+// per ping, in order. Each ping spends one unit of its driver's budget (PingsPerMin): a ping past
+// it is rejected "rate_limited" and changes nothing; the pings of one call are judged in order, so
+// a driver's later pings of a batch may be refused where his earlier ones passed. It returns a
+// CodeUnavailable error if Redis cannot be reached.
 func (s *Store) ApplyPings(ctx context.Context, pings []Ping) ([]PingResult, error) {
 	run := func() ([]redis.Cmder, error) {
 		pipe := s.rdb.Pipeline()
@@ -72,15 +82,17 @@ func (s *Store) ApplyPings(ctx context.Context, pings []Ping) ([]PingResult, err
 	out := make([]PingResult, len(cmds))
 	for i, c := range cmds {
 		vals, err := c.(*redis.Cmd).Slice()
-		if err != nil || len(vals) != 5 {
+		if err != nil || len(vals) != 6 {
 			return nil, dispatch.Internal(err)
 		}
 		applied, _ := vals[0].(int64)
+		retryMs, _ := vals[5].(int64)
 		out[i] = PingResult{
-			Applied:  applied == 1,
-			Rejected: str(vals[1]),
-			Status:   dispatch.DriverStatus(str(vals[2])),
-			PushRide: str(vals[4]),
+			Applied:    applied == 1,
+			Rejected:   str(vals[1]),
+			Status:     dispatch.DriverStatus(str(vals[2])),
+			PushRide:   str(vals[4]),
+			RetryAfter: time.Duration(retryMs) * time.Millisecond,
 		}
 		if v := str(vals[3]); v != "" {
 			if out[i].Offer, err = decodeOffer(v); err != nil {
@@ -122,5 +134,25 @@ func (s *Store) pingArgs(p Ping) []any {
 		s.RidePosTTL.Milliseconds(),
 		s.DriverStateTTL.Milliseconds(),
 		s.PositionPushInterval.Milliseconds(),
+		s.PingsPerMin,
 	}
+}
+
+// spendPingScript spends one unit of a driver's ping budget (scripts/spend_ping.lua).
+var spendPingScript = loadScript(nowLua, pingBudgetLua, "spend_ping.lua")
+
+// SpendPing spends one unit of driverID's ping budget (PingsPerMin, the budget ApplyPings spends)
+// for something that reports where he is without being a ping (a driver's hail press). It returns
+// 0 when spent, or how long to wait when the budget is spent (nothing is spent then). A driver
+// Redis holds no state of has no budget yet: nothing is spent (and no hash created). Errors are
+// CodeUnavailable.
+func (s *Store) SpendPing(ctx context.Context, driverID string) (time.Duration, error) {
+	if s.PingsPerMin <= 0 {
+		return 0, nil
+	}
+	ms, err := spendPingScript.Run(ctx, s.rdb, []string{s.driverKey(driverID)}, s.PingsPerMin).Int64()
+	if err != nil {
+		return 0, unavailable(err)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }

@@ -8,9 +8,9 @@ import (
 )
 
 // scriptFiles holds the store's Lua scripts, one file each under scripts/: each file's header
-// names what it does, its KEYS and ARGV (with units) and its reply. Four files are snippets that
+// names what it does, its KEYS and ARGV (with units) and its reply. Five files are snippets that
 // scripts are prefixed with, written once: now.lua (Redis's clock as `now`, unix ms), lapse.lua
-// (when a driver is offline, unknown or alive),
+// (when a driver is offline, unknown or alive), ping_budget.lua (a driver's ping budget),
 // available.lua (who may be offered a ride and who belongs in the GEO set of available drivers) and
 // hail_prelude.lua (the street-hail helpers).
 //
@@ -40,4 +40,5 @@ const (
 	availableLua   = "available.lua"
 	hailPreludeLua = "hail_prelude.lua"
 	lapseLua       = "lapse.lua"
+	pingBudgetLua  = "ping_budget.lua"
 )

@@ -10,7 +10,8 @@
 //	                     last ping), heading, speed, ride (active ride id), epoch (assignment epoch of
 //	                     ride, from PostgreSQL), since (ms available since), rating, missed / missed_at
 //	                     (offers let expire), resume (status to restore when a driver on a ride comes
-//	                     back online), hbdl (ms, Redis's clock, when his heartbeat expires);
+//	                     back online), hbdl (ms, Redis's clock, when his heartbeat expires), rl
+//	                     (his ping budget's theoretical arrival time, ms, Redis's clock: ping.lua);
 //	                     expires DriverStateTTL after the last ping
 //	P hb:{id}            heartbeat, value = ping time ms, TTL = heartbeat TTL
 //	P geo:available      GEO set of available drivers (member = driver id; Redis stores lng, lat)
@@ -87,6 +88,9 @@ type Store struct {
 	PositionPushInterval time.Duration
 	// DriverStateTTL is how long a driver's hash lives after his last ping (retention).
 	DriverStateTTL time.Duration
+	// PingsPerMin is each driver's ping budget, pings per minute with a burst of as many (0:
+	// unlimited); ApplyPings and SpendPing spend it (field rl of his hash).
+	PingsPerMin int
 	// MissMemory is how long a missed offer counts against a driver (RecordMiss).
 	MissMemory time.Duration
 	// BatchWindow is the batch timer's TTL when Apply re-joins rides to the batch

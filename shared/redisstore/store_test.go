@@ -525,15 +525,18 @@ func testStalePingOnlyRefreshesTheHeartbeat(t *testing.T, newStore storeFunc) {
 			if ttl := rdb.PTTL(ctx, dk).Val(); ttl < 23*time.Hour {
 				t.Errorf("driver hash PTTL after a stale ping = %v, want about 24h", ttl)
 			}
-			// The earlier index entry stays (ZADD NX): the expiry source's sweeper moves it to the
-			// key's expire time when it comes due and finds the key alive.
+			// The earlier index entry of a living heartbeat stays: the expiry source's sweeper moves
+			// it to the key's expire time when it comes due and finds the key alive.
 			if score := rdb.ZScore(ctx, s.DeadlinesKey(), hb).Val(); score != 1 {
 				t.Errorf("heartbeat deadline entry after a stale ping = %.0f, want the earlier entry 1 kept", score)
 			}
-			rdb.ZRem(ctx, s.DeadlinesKey(), hb)
+			// A heartbeat that is gone (expired) is re-created with its own deadline as its entry,
+			// whatever entry the last one left (here a deferral later than the new deadline).
+			rdb.Del(ctx, hb)
+			rdb.ZAdd(ctx, s.DeadlinesKey(), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: hb})
 			ping(t, s, "d-1", soho, at.Add(-c.age), dispatch.DriverPaused)
 			if score, at := rdb.ZScore(ctx, s.DeadlinesKey(), hb).Val(), rdb.PExpireTime(ctx, hb).Val(); int64(score) != at.Milliseconds() {
-				t.Errorf("heartbeat deadline entry after a stale ping without one = %.0f, want its expire time %d", score, at.Milliseconds())
+				t.Errorf("heartbeat deadline entry after a stale ping re-creating it = %.0f, want its expire time %d", score, at.Milliseconds())
 			}
 			after := rdb.HGetAll(ctx, dk).Val()
 			for _, f := range []string{"lat", "lng", "ts", "status", "since"} {

@@ -1,5 +1,5 @@
--- ping.lua: applies one driver ping atomically (ApplyPings pipelines one call per ping). Needs
--- now.lua and available.lua before it.
+-- ping.lua: applies one driver ping atomically, its rate budget included (ApplyPings pipelines one
+-- call per ping). Needs now.lua, available.lua and ping_budget.lua before it.
 --
 -- KEYS[1] driver_key     P driver:{id}, the driver hash
 -- KEYS[2] hb_key         P hb:{id}, the heartbeat (a timed key)
@@ -21,23 +21,37 @@
 -- ARGV[12] ride_pos_ttl_ms  TTL of a ride's live position, ms
 -- ARGV[13] state_ttl_ms     the driver hash's TTL after the last ping, ms
 -- ARGV[14] push_every_ms    least time between two position pushes of one ride, ms (0 = none due)
--- Returns {applied (1 or 0), rejected ('', 'stale' or 'gps_jump'), status after the ping, the offer
--- lock's JSON or '', the ride whose rider is due a position push or ''}.
+-- ARGV[15] pings_per_min    the driver's ping budget: pings per minute, with a burst of as many
+--                           (0 = unlimited)
+-- Returns {applied (1 or 0), rejected ('', 'stale', 'gps_jump' or 'rate_limited'), status after
+-- the ping, the offer lock's JSON or '', the ride whose rider is due a position push or '', ms to
+-- wait before the next ping is within the budget (0 unless rate_limited)}.
 --
 -- The one key not in KEYS is the live position of the driver's ride, P ridepos:{ride}
 -- (ride_pos_key): its name is the ride the driver hash holds, known only inside the script; it
 -- carries the prefix's hash tag, so on a Redis Cluster it is in the slot of the declared keys
 -- (CheckPrefix).
 --
--- The heartbeat expires at Redis's clock + TTL (SET PXAT). Its deadline is indexed only when the
--- index has no entry for it (ZADD NX): an earlier entry stays, and when it comes due the expiry
--- source's sweeper finds the key alive and moves the entry to the key's own expire time
--- (expiry/scripts/correct.lua, atomically), so a ping writes the index about once per TTL and the
--- entry equals the key's deadline whenever the key is gone. A ping not newer than the last accepted one is stale: it still proves the driver alive (heartbeat
--- refreshed) but changes nothing else; a ping implying a speed above the maximum is a GPS jump: it
--- refreshes the heartbeat but not the position. Drivers on a ride keep the status flagdown gave
--- them, and only the driver a ride's live position was handed to (field driver, see assign.lua)
--- writes it. GEO set membership follows the available-set rule (available.lua). A driver whose hash
+-- Rate budget (ping_budget.lua): its state is field rl of the driver hash, read with the fields the
+-- ping reads anyway and written with them: no key and no command of its own. A ping past the
+-- budget changes nothing (not even the heartbeat) and spends nothing. spend_ping.lua spends the
+-- same budget.
+--
+-- The heartbeat expires at Redis's clock + TTL (SET PXAT ... GET). Its deadline is indexed only
+-- when the key did not live before this ping (SET's GET answered nil): while a heartbeat lives the
+-- index holds an entry for it at or before its expire time (written when it was created; the
+-- expiry source's sweeper moves an entry that comes due to the live key's own expire time,
+-- expiry/scripts/correct.lua, and removes entries only of keys gone), so a living driver's ping
+-- writes no index entry. A re-created heartbeat overwrites any entry left by the last one (a
+-- deferral of presence.lua, or an entry of a published expiry not yet retired): the new entry is
+-- the new key's deadline. A ping not newer than the last accepted one is stale: it still proves the
+-- driver alive (heartbeat refreshed) but changes nothing else; a ping implying a speed above the
+-- maximum is a GPS jump: it refreshes the heartbeat but not the position. Drivers on a ride keep
+-- the status flagdown gave them, and only the driver a ride's live position was handed to (field
+-- driver, see assign.lua) writes it. GEO set membership follows the available-set rule
+-- (available.lua's why_not_free, on the values read here): a free driver is (re-)placed at his
+-- position; a driver not free is taken out unless he was not free before this ping either (every
+-- script that makes a driver not free takes him out, so he is not a member). A driver whose hash
 -- holds a ride is (re-)added to the on-ride set, so reconcile finds every such driver even if the
 -- set was lost or predates him. The driver hash expires state_ttl_ms after the last ping. A ride
 -- position written at least push_every_ms after the last one marked due (field pushed, Redis's
@@ -61,20 +75,31 @@ local ride_pos_prefix = ARGV[11]
 local ride_pos_ttl_ms = ARGV[12]
 local state_ttl_ms = ARGV[13]
 local push_every_ms = tonumber(ARGV[14])
+local pings_per_min = tonumber(ARGV[15])
 
-local cur = redis.call('HMGET', driver_key, 'ts', 'lat', 'lng', 'status', 'ride')
-local ts = tonumber(ts_arg)
-local last_ts = tonumber(cur[1])
+local cur = redis.call('HMGET', driver_key, 'ts', 'lat', 'lng', 'status', 'ride', 'resume', 'hailhold', 'rl')
 local status = cur[4] or 'offline'
 local ride = cur[5] or ''
+
+local fields = {}
+if pings_per_min > 0 then
+  local rl, wait_ms = spend_ping_budget(cur[8], pings_per_min)
+  if not rl then return {0, 'rate_limited', status, '', '', wait_ms} end
+  fields = {'rl', rl}
+end
+
 local offer = redis.call('GET', offer_key)
 local hb_deadline = now + hb_ttl_ms
-redis.call('SET', hb_key, ts_arg, 'PXAT', hb_deadline)
-redis.call('ZADD', deadlines_key, 'NX', hb_deadline, hb_key)
+local was_alive = redis.call('SET', hb_key, ts_arg, 'PXAT', hb_deadline, 'GET')
+if not was_alive then redis.call('ZADD', deadlines_key, hb_deadline, hb_key) end
+table.insert(fields, 'hbdl'); table.insert(fields, hb_deadline)
+
+local ts = tonumber(ts_arg)
+local last_ts = tonumber(cur[1])
 if last_ts and ts <= last_ts then
-  redis.call('HSET', driver_key, 'hbdl', hb_deadline)
+  redis.call('HSET', driver_key, unpack(fields))
   redis.call('PEXPIRE', driver_key, state_ttl_ms)
-  return {0, 'stale', status, offer or '', ''}
+  return {0, 'stale', status, offer or '', '', 0}
 end
 local lat, lng = tonumber(lat_arg), tonumber(lng_arg)
 local applied, rejected = 1, ''
@@ -92,10 +117,13 @@ end
 local prev = status
 if ride == '' and asked_status ~= '' then status = asked_status end
 if ride ~= '' and (status == 'available' or status == 'offline' or status == 'paused') then
-  status = redis.call('HGET', driver_key, 'resume') or 'navigating'
+  status = cur[6] or 'navigating'
 end
-local fields = {'status', status, 'seen', ts_arg, 'hbdl', hb_deadline}
+table.insert(fields, 'status'); table.insert(fields, status)
+table.insert(fields, 'seen'); table.insert(fields, ts_arg)
+local glat, glng = cur[2], cur[3]
 if applied == 1 then
+  glat, glng = lat_arg, lng_arg
   table.insert(fields, 'ts'); table.insert(fields, ts_arg)
   table.insert(fields, 'lat'); table.insert(fields, lat_arg)
   table.insert(fields, 'lng'); table.insert(fields, lng_arg)
@@ -107,7 +135,15 @@ if status == 'available' and prev ~= 'available' then
 end
 redis.call('HSET', driver_key, unpack(fields))
 redis.call('PEXPIRE', driver_key, state_ttl_ms)
-sync_available(geo_key, driver_key, hb_key, offer_key, driver_id)
+
+local offered = offer ~= false and offer ~= nil
+local free = why_not_free(true, status, ride, offered, cur[7]) == ''
+local was_free = why_not_free(was_alive ~= false and was_alive ~= nil, prev, ride, offered, cur[7]) == ''
+if free then
+  place_available(geo_key, driver_id, true, glat, glng)
+elseif was_free or not was_alive then
+  place_available(geo_key, driver_id, false)
+end
 if ride ~= '' then redis.call('SADD', onride_key, driver_id) end
 local push = ''
 if ride ~= '' and applied == 1 then
@@ -123,4 +159,4 @@ if ride ~= '' and applied == 1 then
     redis.call('PEXPIRE', ride_pos_key, ride_pos_ttl_ms)
   end
 end
-return {applied, rejected, status, offer or '', push}
+return {applied, rejected, status, offer or '', push, 0}

@@ -78,12 +78,15 @@ func (s *sim) pingDue(t time.Duration) {
 			d.nextPing += (t - d.nextPing) / s.opts.PingInterval * s.opts.PingInterval
 			d.nextPing += s.opts.PingInterval
 		}
+		p := d.position(t)
+		if s.holdBack(d, t, p, !d.online && d.state == stIdle) { // the send rule (sendrule.go)
+			continue
+		}
 		if d.inFlight {
 			s.pingsSkipped.Add(1)
 			continue
 		}
 		d.inFlight = true
-		p := d.position(t)
 		ping := Ping{DriverID: d.id, Lat: p.Lat, Lng: p.Lng, TS: wall}
 		if d.leg != nil && d.leg.End() > t {
 			h := d.leg.Heading()

@@ -102,6 +102,11 @@ type Options struct {
 	// waiting for their next ping answer, riders receive their ride's statuses, and the summary
 	// reports offer push latency and messages lost. false keeps polling only.
 	Push bool
+	// SendRule applies the seed's send rule (sendrule.go): a stationary or carrying driver sends a
+	// position only after SendRuleMinMoveM metres or SendRuleMaxQuiet; every ping interval otherwise.
+	// Off by default: with push off a driver learns of offers only from ping answers, and the
+	// benchmarks and the figures are measured without it.
+	SendRule bool
 	// Progress shows how far the replay is on out: a progress bar over simulated time when out is a
 	// terminal, otherwise (a file, a pipe, CI) one plain line every ProgressEvery of wall time.
 	Progress bool

@@ -67,6 +67,7 @@ type sim struct {
 	inbox   []func()
 
 	pingsTotal, pingRequests, pingsSkipped, gpsRejected, staleRejected atomic.Int64
+	rule                                                               sendRuleState
 
 	push            pushStats
 	dialSem         chan struct{}

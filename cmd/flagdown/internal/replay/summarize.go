@@ -45,6 +45,7 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 		OffersIgnored: s.offersIgnored, OfferTimeouts: s.offerTimeouts, DriversWentOffline: s.driversOffline,
 		PingsTotal: s.pingsTotal.Load(), PingRequests: s.pingRequests.Load(), PingsSkipped: s.pingsSkipped.Load(),
 		GPSRejected: s.gpsRejected.Load(), StaleRejected: s.staleRejected.Load(),
+		SendRule: s.opts.SendRule, PingsSavedBySendRule: s.rule.saved.Load(),
 		HTTPErrors: nonNilMap(s.httpErrors), ErrorExamples: nonNil(s.errorExamples),
 		TripsInWindow: len(s.trips), TripsSkippedRows: skipped,
 		Drivers: o.Drivers, Speedup: o.Speedup, WindowMinutes: o.Minutes, PingIntervalS: o.PingInterval.Seconds(),
@@ -61,6 +62,9 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 	}
 	if pingWall > 0 {
 		sum.PingsPerS = float64(sum.PingsTotal) / pingWall.Seconds()
+	}
+	if due := sum.PingsTotal + sum.PingsSavedBySendRule; due > 0 {
+		sum.SendRuleSavedPct = 100 * float64(sum.PingsSavedBySendRule) / float64(due)
 	}
 	var ttm, dist []float64
 	for id, r := range s.rides {

@@ -298,6 +298,12 @@ type Summary struct {
 	// PingsSkipped is how many scheduled pings were not sent because the driver's previous ping was
 	// still in flight (the replay could not keep up).
 	PingsSkipped int64 `json:"pings_skipped"`
+	// SendRule tells whether the send rule ran (Options.SendRule).
+	SendRule bool `json:"send_rule"`
+	// PingsSavedBySendRule is how many pings due at the ping interval the send rule did not send
+	// (writes saved); SendRuleSavedPct is their share of the pings due (sent + saved), percent.
+	PingsSavedBySendRule int64   `json:"pings_saved_by_send_rule"`
+	SendRuleSavedPct     float64 `json:"send_rule_saved_pct"`
 	// GPSRejected is how many pings the platform answered with rejected = gps_jump.
 	GPSRejected int64 `json:"gps_rejected"`
 	// StaleRejected is how many pings the platform answered with rejected = stale.
@@ -482,6 +488,9 @@ func (s *Summary) WriteTable(w io.Writer) {
 	}
 	row("pings", "%d in %d calls, %.0f /s wall (skipped %d)", s.PingsTotal, s.PingRequests, s.PingsPerS, s.PingsSkipped)
 	row("pings rejected", "gps_jump %d, stale %d", s.GPSRejected, s.StaleRejected)
+	if s.SendRule {
+		row("send rule", "%d writes saved (%.1f %% of the pings due: 50 m or 15 s when stationary or carrying)", s.PingsSavedBySendRule, s.SendRuleSavedPct)
+	}
 	if len(s.HTTPErrors) > 0 {
 		row("http errors", "%v", s.HTTPErrors)
 	}
