@@ -152,6 +152,13 @@ type Config struct {
 	RetryMaxAttempts int `env:"FLAGDOWN_RETRY_MAX_ATTEMPTS" envDefault:"8"`
 	// RetryBudget is the longest a ride may wait for a driver, from its request, before it becomes UNMATCHED.
 	RetryBudget time.Duration `env:"FLAGDOWN_RETRY_BUDGET" envDefault:"3m"`
+	// PickupDeadline is the longest an ACCEPTED ride may wait for its start, from its accept: past
+	// it (and reconcile's grace) the ride is re-opened and matched again without its driver
+	// (ride.reopened, reason pickup_overdue). 0 turns the deadline off.
+	PickupDeadline time.Duration `env:"FLAGDOWN_PICKUP_DEADLINE" envDefault:"30m"`
+	// TripCeiling is the longest an IN_PROGRESS ride runs, from its start, before ride.overdue is
+	// raised once (an alert: the ride goes on). 0 turns the alert off.
+	TripCeiling time.Duration `env:"FLAGDOWN_TRIP_CEILING" envDefault:"3h"`
 	// MatchMode is how rides are matched: MatchGreedy (each ride on its own, as its event arrives),
 	// MatchBatch (the rides to match within BatchWindow are assigned together, at the least total
 	// score) or MatchAuto (per area and window, one or the other; see shared/matching).
@@ -431,6 +438,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RetryBase <= 0 || c.RetryMaxWait < c.RetryBase || c.RetryMaxAttempts < 1 || c.RetryBudget <= 0 {
 		return fmt.Errorf("config: FLAGDOWN_RETRY_BASE must be > 0 and <= FLAGDOWN_RETRY_MAX_WAIT, FLAGDOWN_RETRY_MAX_ATTEMPTS >= 1, FLAGDOWN_RETRY_BUDGET > 0")
+	}
+	if c.PickupDeadline < 0 || c.TripCeiling < 0 {
+		return fmt.Errorf("config: FLAGDOWN_PICKUP_DEADLINE (%s) and FLAGDOWN_TRIP_CEILING (%s) must be >= 0 (0 turns them off)", c.PickupDeadline, c.TripCeiling)
 	}
 	if c.ReconcileInterval <= 0 || c.ReconcileGrace < 0 || c.ExpirySweepInterval <= 0 {
 		return fmt.Errorf("config: FLAGDOWN_RECONCILE_INTERVAL and FLAGDOWN_EXPIRY_SWEEP_INTERVAL must be > 0, FLAGDOWN_RECONCILE_GRACE >= 0")
