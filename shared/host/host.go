@@ -169,6 +169,7 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Deps, err
 func NewStore(rdb redis.UniversalClient, cfg *config.Config) *redisstore.Store {
 	s := redisstore.New(rdb, cfg.RedisPrefix, cfg.HeartbeatTTL, cfg.MaxSpeedMPS)
 	s.DriverStateTTL, s.MissMemory, s.BatchWindow = cfg.DriverStateTTL, cfg.MissMemory, cfg.BatchWindow
+	s.OfflineBrakeShare, s.OfflineBrakeMinDrivers = cfg.OfflineBrakeShare, cfg.OfflineBrakeMinDrivers
 	if cfg.PushEndpoint != "" {
 		s.PositionPushInterval = cfg.PushPositionInterval
 	}

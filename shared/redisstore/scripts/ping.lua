@@ -7,6 +7,8 @@
 -- KEYS[4] offer_key      P offer:{id}, the driver's offer lock
 -- KEYS[5] deadlines_key  P deadlines, every timed key by its deadline (score unix ms)
 -- KEYS[6] onride_key     P onride, the drivers whose hash holds a ride
+-- KEYS[7] hbidx_key      P hbidx, every pinging driver by his heartbeat deadline (score unix ms),
+--                        the population the offline brake counts (health.lua)
 -- ARGV[1]  driver_id
 -- ARGV[2]  lat              WGS84 degrees
 -- ARGV[3]  lng              WGS84 degrees
@@ -33,7 +35,9 @@
 -- index has no entry for it (ZADD NX): an earlier entry stays, and when it comes due the expiry
 -- source's sweeper finds the key alive and moves the entry to the key's own expire time
 -- (expiry/scripts/correct.lua, atomically), so a ping writes the index about once per TTL and the
--- entry equals the key's deadline whenever the key is gone. A ping not newer than the last accepted one is stale: it still proves the driver alive (heartbeat
+-- entry equals the key's deadline whenever the key is gone. The heartbeat index P hbidx holds
+-- every driver's latest deadline (a driver who set himself offline leaves it): the offline brake
+-- (health.lua) counts in it how many drivers went silent together. A ping not newer than the last accepted one is stale: it still proves the driver alive (heartbeat
 -- refreshed) but changes nothing else; a ping implying a speed above the maximum is a GPS jump: it
 -- refreshes the heartbeat but not the position. Drivers on a ride keep the status flagdown gave
 -- them, and only the driver a ride's live position was handed to (field driver, see assign.lua)
@@ -49,6 +53,7 @@ local geo_key = KEYS[3]
 local offer_key = KEYS[4]
 local deadlines_key = KEYS[5]
 local onride_key = KEYS[6]
+local hbidx_key = KEYS[7]
 local driver_id = ARGV[1]
 local lat_arg, lng_arg = ARGV[2], ARGV[3]
 local ts_arg = ARGV[4]
@@ -72,6 +77,7 @@ local hb_deadline = now + hb_ttl_ms
 redis.call('SET', hb_key, ts_arg, 'PXAT', hb_deadline)
 redis.call('ZADD', deadlines_key, 'NX', hb_deadline, hb_key)
 if last_ts and ts <= last_ts then
+  if status == 'offline' then redis.call('ZREM', hbidx_key, driver_id) else redis.call('ZADD', hbidx_key, hb_deadline, driver_id) end
   redis.call('HSET', driver_key, 'hbdl', hb_deadline)
   redis.call('PEXPIRE', driver_key, state_ttl_ms)
   return {0, 'stale', status, offer or '', ''}
@@ -106,6 +112,7 @@ if status == 'available' and prev ~= 'available' then
   table.insert(fields, 'since'); table.insert(fields, now)
 end
 redis.call('HSET', driver_key, unpack(fields))
+if status == 'offline' then redis.call('ZREM', hbidx_key, driver_id) else redis.call('ZADD', hbidx_key, hb_deadline, driver_id) end
 redis.call('PEXPIRE', driver_key, state_ttl_ms)
 sync_available(geo_key, driver_key, hb_key, offer_key, driver_id)
 if ride ~= '' then redis.call('SADD', onride_key, driver_id) end
