@@ -351,7 +351,7 @@ func TestNamesAreStableAndDocumented(t *testing.T) {
 		}
 		seen[inv.Name] = true
 	}
-	if len(seen) != 9 {
-		t.Errorf("%d invariants, want 9", len(seen))
+	if len(seen) != 11 {
+		t.Errorf("%d invariants, want 11", len(seen))
 	}
 }
