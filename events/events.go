@@ -45,6 +45,9 @@ const (
 	// RideDriverOffline: the driver of an IN_PROGRESS ride stopped sending heartbeats (an alert; the
 	// ride goes on) (expiry-notification, reconcile).
 	RideDriverOffline = "io.flagdown.ride.driver.offline.v1"
+	// RideOverdue: an IN_PROGRESS ride ran past FLAGDOWN_TRIP_CEILING from its start (an alert,
+	// raised once per ride; the ride goes on) (reconcile).
+	RideOverdue = "io.flagdown.ride.overdue.v1"
 	// DriverStatusChanged: flagdown changed a driver's status on its own, e.g. offline after his
 	// heartbeat expired (expiry-notification, reconcile). subject is the driver id.
 	DriverStatusChanged = "io.flagdown.driver.status.changed.v1"
@@ -70,6 +73,7 @@ var Types = map[string]string{
 	RideRetry:           "a requested ride is matched again after a wait",
 	RideUnmatched:       "nobody could be offered the ride within the retry budget",
 	RideDriverOffline:   "the driver of a ride in progress stopped sending heartbeats",
+	RideOverdue:         "a ride in progress ran past the trip ceiling",
 	DriverStatusChanged: "flagdown changed a driver's status",
 	RedisKeyExpired:     "a flagdown timed key expired in Redis",
 	MatchBatchDue:       "a batch window closed: its waiting rides are assigned together",
@@ -219,6 +223,19 @@ type RideDriverOfflineData struct {
 	RideID   string    `json:"ride_id"`
 	DriverID string    `json:"driver_id"`
 	Status   string    `json:"status"`
+	At       time.Time `json:"at"`
+}
+
+// RideOverdueData is the payload of RideOverdue.
+type RideOverdueData struct {
+	RideID   string `json:"ride_id"`
+	RiderID  string `json:"rider_id"`
+	DriverID string `json:"driver_id"`
+	// Status is the ride's status when the alert was raised (IN_PROGRESS).
+	Status    string    `json:"status"`
+	StartedAt time.Time `json:"started_at"`
+	// CeilingS is the trip ceiling it ran past (FLAGDOWN_TRIP_CEILING), seconds.
+	CeilingS float64   `json:"ceiling_s"`
 	At       time.Time `json:"at"`
 }
 

@@ -14,6 +14,17 @@
 //	                        handling (ride re-opened or alert)
 //	rides_retried           REQUESTED rides with no live offer, no retry timer, untouched for the grace → matched again
 //	outbox_unpublished      outbox rows older than the grace still unpublished → relays woken
+//
+// and it acts on the deadlines of rides, which are PostgreSQL's (no timer to lose), counted apart
+// from the repairs (they are outcomes of the rules, not damage):
+//
+//	pickups_overdue         ACCEPTED rides not started within FLAGDOWN_PICKUP_DEADLINE of their accept →
+//	                        re-opened and matched again without their driver (ride.reopened, pickup_overdue)
+//	trips_overdue           IN_PROGRESS rides running longer than FLAGDOWN_TRIP_CEILING since their start →
+//	                        ride.overdue raised once per ride (an alert; the ride goes on)
+//
+// Last, it prunes:
+//
 //	pruned_*                processed events, published outbox rows and decided offers past their retention
 //
 // Every repair re-checks under the same guards as the normal path (the epoch for assignments, the
@@ -71,6 +82,9 @@ type Report struct {
 	ActiveDriversOffline int `json:"active_drivers_offline"`
 	RidesRetried         int `json:"rides_retried"`
 	OutboxUnpublished    int `json:"outbox_unpublished"`
+	// PickupsOverdue and TripsOverdue count the ride deadlines acted on (not repairs).
+	PickupsOverdue int `json:"pickups_overdue"`
+	TripsOverdue   int `json:"trips_overdue"`
 	// Pruned* count rows deleted by retention (not repairs).
 	PrunedProcessedEvents int64 `json:"pruned_processed_events"`
 	PrunedOutbox          int64 `json:"pruned_outbox"`
@@ -143,7 +157,7 @@ func (f *Function) Run(ctx context.Context) (Report, error) {
 	var rep Report
 	steps := []func(context.Context, *Report) error{
 		f.expireOverdueOffers, f.offlineWithoutHeartbeat, f.repairAssignments, f.activeWithoutHeartbeat,
-		f.retryIdleRides, f.wakeRelays, f.prune,
+		f.retryIdleRides, f.wakeRelays, f.pickupsOverdue, f.tripsOverdue, f.prune,
 	}
 	defer observeRepairs(&rep) // a failed run's repairs happened too
 	for _, step := range steps {
@@ -155,6 +169,9 @@ func (f *Function) Run(ctx context.Context) (Report, error) {
 		f.d.Log.Warn("reconcile repaired state", "offers_expired", rep.OffersExpired, "drivers_offline", rep.DriversOffline,
 			"assignments_repaired", rep.AssignmentsRepaired, "active_drivers_offline", rep.ActiveDriversOffline,
 			"rides_retried", rep.RidesRetried, "outbox_unpublished", rep.OutboxUnpublished)
+	}
+	if rep.PickupsOverdue+rep.TripsOverdue > 0 {
+		f.d.Log.Warn("reconcile acted on ride deadlines", "pickups_overdue", rep.PickupsOverdue, "trips_overdue", rep.TripsOverdue)
 	}
 	return rep, nil
 }
@@ -269,6 +286,62 @@ func (f *Function) retryIdleRides(ctx context.Context, rep *Report) error {
 		}
 		if out == lifecycle.OutcomeDone {
 			rep.RidesRetried++
+		}
+	}
+	return nil
+}
+
+// pickupsOverdue re-opens the ACCEPTED rides not started within the pickup deadline.
+func (f *Function) pickupsOverdue(ctx context.Context, rep *Report) error {
+	deadline := f.d.Config.PickupDeadline
+	if deadline <= 0 {
+		return nil
+	}
+	rides, err := pgstore.OverdueRides(ctx, f.d.DB.Pool, dispatch.RideAccepted, deadline, nil, batch)
+	if err != nil {
+		return err
+	}
+	for _, id := range rides {
+		out, err := f.lc.PickupOverdue(ctx, id)
+		if err != nil {
+			return err
+		}
+		if out == lifecycle.OutcomeDone {
+			rep.PickupsOverdue++
+		}
+	}
+	return nil
+}
+
+// tripsOverdue raises ride.overdue for the IN_PROGRESS rides past the trip ceiling that have not
+// had it yet (their alert's outbox row, by its fixed id, is looked up first).
+func (f *Function) tripsOverdue(ctx context.Context, rep *Report) error {
+	ceiling := f.d.Config.TripCeiling
+	if ceiling <= 0 {
+		return nil
+	}
+	rides, err := pgstore.OverdueRides(ctx, f.d.DB.Pool, dispatch.RideInProgress, ceiling, nil, batch)
+	if err != nil || len(rides) == 0 {
+		return err
+	}
+	ids := make([]string, len(rides))
+	for i, id := range rides {
+		ids[i] = lifecycle.TripOverdueEventID(id)
+	}
+	alerted, err := pgstore.OutboxEventsExist(ctx, f.d.DB.Pool, ids)
+	if err != nil {
+		return err
+	}
+	for i, id := range rides {
+		if alerted[ids[i]] {
+			continue
+		}
+		out, err := f.lc.TripOverdue(ctx, id)
+		if err != nil {
+			return err
+		}
+		if out == lifecycle.OutcomeDone {
+			rep.TripsOverdue++
 		}
 	}
 	return nil

@@ -176,6 +176,22 @@ type Config struct {
 	RetryMaxAttempts int `env:"FLAGDOWN_RETRY_MAX_ATTEMPTS" envDefault:"8"`
 	// RetryBudget is the longest a ride may wait for a driver, from its request, before it becomes UNMATCHED.
 	RetryBudget time.Duration `env:"FLAGDOWN_RETRY_BUDGET" envDefault:"3m"`
+	// PickupDeadline is the longest an ACCEPTED ride may wait for its start, from its accept: past
+	// it (and reconcile's grace) the ride is re-opened and matched again without its driver
+	// (ride.reopened, reason pickup_overdue). 0 turns the deadline off.
+	PickupDeadline time.Duration `env:"FLAGDOWN_PICKUP_DEADLINE" envDefault:"30m"`
+	// TripCeiling is the longest an IN_PROGRESS ride runs, from its start, before ride.overdue is
+	// raised once (an alert: the ride goes on). 0 turns the alert off.
+	TripCeiling time.Duration `env:"FLAGDOWN_TRIP_CEILING" envDefault:"3h"`
+	// OfflineBrakeShare is the share (0..1) of the drivers seen in the last two heartbeat TTLs that,
+	// silent for half a TTL or lapsed within the last TTL, makes the offline brake engage: a
+	// platform fault, not drivers leaving, so nobody is taken offline while it holds (see
+	// docs/resilience.md). 0 turns the brake off.
+	OfflineBrakeShare float64 `env:"FLAGDOWN_OFFLINE_BRAKE_SHARE" envDefault:"0.55"`
+	// OfflineBrakeMinDrivers is the least population (drivers seen in the last two heartbeat TTLs)
+	// for which the offline brake may engage: a small fleet whose drivers leave together is not a
+	// platform fault.
+	OfflineBrakeMinDrivers int `env:"FLAGDOWN_OFFLINE_BRAKE_MIN_DRIVERS" envDefault:"20"`
 	// MatchMode is how rides are matched: MatchGreedy (each ride on its own, as its event arrives),
 	// MatchBatch (the rides to match within BatchWindow are assigned together, at the least total
 	// score) or MatchAuto (per area and window, one or the other; see shared/matching).
@@ -457,6 +473,13 @@ func (c *Config) Validate() error {
 	}
 	if c.RetryBase <= 0 || c.RetryMaxWait < c.RetryBase || c.RetryMaxAttempts < 1 || c.RetryBudget <= 0 {
 		return fmt.Errorf("config: FLAGDOWN_RETRY_BASE must be > 0 and <= FLAGDOWN_RETRY_MAX_WAIT, FLAGDOWN_RETRY_MAX_ATTEMPTS >= 1, FLAGDOWN_RETRY_BUDGET > 0")
+	}
+	if c.PickupDeadline < 0 || c.TripCeiling < 0 {
+		return fmt.Errorf("config: FLAGDOWN_PICKUP_DEADLINE (%s) and FLAGDOWN_TRIP_CEILING (%s) must be >= 0 (0 turns them off)", c.PickupDeadline, c.TripCeiling)
+	}
+	if !(c.OfflineBrakeShare >= 0 && c.OfflineBrakeShare <= 1) || c.OfflineBrakeMinDrivers < 1 {
+		return fmt.Errorf("config: FLAGDOWN_OFFLINE_BRAKE_SHARE (%v) must be between 0 and 1 (0 turns the brake off), FLAGDOWN_OFFLINE_BRAKE_MIN_DRIVERS (%d) >= 1",
+			c.OfflineBrakeShare, c.OfflineBrakeMinDrivers)
 	}
 	if c.ReconcileInterval <= 0 || c.ReconcileGrace < 0 || c.ExpirySweepInterval <= 0 {
 		return fmt.Errorf("config: FLAGDOWN_RECONCILE_INTERVAL and FLAGDOWN_EXPIRY_SWEEP_INTERVAL must be > 0, FLAGDOWN_RECONCILE_GRACE >= 0")

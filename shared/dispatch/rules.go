@@ -3,7 +3,7 @@ package dispatch
 import "time"
 
 // Rules are the numbers the domain decisions of ride creation and matching use: where rides may
-// start and end, how long an offer stands, how a ride nobody could be offered is retried, how long a
+// start and end, how long an offer stands, how a ride nobody could be offered is retried, how long an accepted or started ride may take, how long a
 // batch window waits, how street hails pair and how a fare is estimated. shared/config builds them
 // once from a validated configuration (config.Config.Rules), and the services that decide
 // (shared/lifecycle) take this value rather than the whole configuration.
@@ -23,6 +23,12 @@ type Rules struct {
 	// RetryBudget is the longest a ride may wait for a driver, from its request, before it becomes
 	// UNMATCHED (FLAGDOWN_RETRY_BUDGET).
 	RetryBudget time.Duration
+	// PickupDeadline is the longest an ACCEPTED ride waits for its start, from its accept, before
+	// it is re-opened (FLAGDOWN_PICKUP_DEADLINE; 0: no deadline).
+	PickupDeadline time.Duration
+	// TripCeiling is the longest an IN_PROGRESS ride runs, from its start, before ride.overdue is
+	// raised (FLAGDOWN_TRIP_CEILING; 0: no alert).
+	TripCeiling time.Duration
 	// BatchWindow is, in batch mode, how long the first ride of a batch waits for others
 	// (FLAGDOWN_BATCH_WINDOW).
 	BatchWindow time.Duration

@@ -86,6 +86,7 @@ import (
 	"github.com/flagdown/flagdown/shared/cloudevent"
 	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/logging"
+	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/redisstore"
 	"github.com/flagdown/flagdown/shared/tracing"
 )
@@ -158,6 +159,8 @@ type Stats struct {
 	// NotConfigured counts checks that found notify-keyspace-events without Ex although
 	// Options.NotificationsConfigured says it is set.
 	NotConfigured uint64
+	// Brakes counts the health marks that engaged the offline brake (a mass lapse of drivers).
+	Brakes uint64
 }
 
 // Source is the expiry source. Build it with New and call Run once.
@@ -175,7 +178,7 @@ type Source struct {
 	kick      chan struct{}
 
 	published, swept, skipped, touched, reconnects, errs atomic.Uint64
-	generations, gaps, notConfigured                     atomic.Uint64
+	generations, gaps, notConfigured, brakes             atomic.Uint64
 	gapMicros                                            atomic.Int64
 
 	// hook, nil outside tests, is called at the named points of the handling paths (see the hook*
@@ -240,6 +243,7 @@ func (s *Source) Stats() Stats {
 		Touched: s.touched.Load(), Reconnects: s.reconnects.Load(),
 		GapSeconds: float64(s.gapMicros.Load()) / 1e6, Errors: s.errs.Load(),
 		Generations: s.generations.Load(), Gaps: s.gaps.Load(), NotConfigured: s.notConfigured.Load(),
+		Brakes: s.brakes.Load(),
 	}
 }
 
@@ -659,6 +663,20 @@ func (s *Source) noteHealth(ctx context.Context, h redisstore.Health) {
 		s.gaps.Add(1)
 		s.log.Warn("expiry: Redis health gap (Redis or the sweeper was away): liveness decisions wait a heartbeat TTL",
 			"since", h.Since)
+	}
+	switch h.BrakeChange {
+	case redisstore.BrakeEngaged:
+		s.brakes.Add(1)
+		s.log.Error("expiry: offline brake engaged: an abnormal share of drivers lapsed together (a platform fault?); "+
+			"nobody is taken offline until the share is normal again", "lapsing", h.Lapsing, "population", h.Population)
+	case redisstore.BrakeReleased:
+		s.log.Warn("expiry: offline brake released: drivers it held get a heartbeat TTL to ping before any offline decision",
+			"lapsing", h.Lapsing, "population", h.Population)
+	}
+	if h.Brake {
+		metrics.OfflineBrakeEngaged.Set(1)
+	} else {
+		metrics.OfflineBrakeEngaged.Set(0)
 	}
 }
 

@@ -170,6 +170,7 @@ func NewStore(rdb redis.UniversalClient, cfg *config.Config) *redisstore.Store {
 	s := redisstore.New(rdb, cfg.RedisPrefix, cfg.HeartbeatTTL, cfg.MaxSpeedMPS)
 	s.DriverStateTTL, s.MissMemory, s.BatchWindow = cfg.DriverStateTTL, cfg.MissMemory, cfg.BatchWindow
 	s.PingsPerMin = cfg.RatePingsPerMin
+	s.OfflineBrakeShare, s.OfflineBrakeMinDrivers = cfg.OfflineBrakeShare, cfg.OfflineBrakeMinDrivers
 	if cfg.PushEndpoint != "" {
 		s.PositionPushInterval = cfg.PushPositionInterval
 	}

@@ -36,6 +36,8 @@ const (
 	DriverTwoActiveRides    Name = "driver_two_active_rides"
 	AssignmentRowMismatch   Name = "assignment_row_mismatch"
 	RideTwoPendingOffers    Name = "ride_two_pending_offers"
+	DriverTwoPendingOffers  Name = "driver_two_pending_offers"
+	PendingOfferWhileOnRide Name = "pending_offer_while_on_ride"
 	PendingOfferOverdue     Name = "pending_offer_overdue"
 	RequestedRideIdle       Name = "requested_ride_idle"
 	OutboxBacklog           Name = "outbox_backlog"
@@ -66,6 +68,10 @@ var All = []Invariant{
 		"the driver's driver_assignments row disagrees with rides: it names a ride that is not active with him in that status, or he has an active ride his row does not name"},
 	{RideTwoPendingOffers, "rides",
 		"the ride has two or more PENDING offers (the index offers_one_pending_per_ride forbids it)"},
+	{DriverTwoPendingOffers, "drivers",
+		"the driver holds two or more PENDING offers in PostgreSQL: he can answer only one, and the other ride waits for its window to pass"},
+	{PendingOfferWhileOnRide, "offers",
+		"a PENDING offer to a driver who has an ACCEPTED/IN_PROGRESS ride in PostgreSQL: he was offered a ride while on another"},
 	{PendingOfferOverdue, "offers",
 		"a PENDING offer whose window closed more than grace ago: its timeout was neither acted on nor repaired"},
 	{RequestedRideIdle, "rides",
@@ -216,6 +222,8 @@ func Check(ctx context.Context, db *pgstore.DB, rs *redisstore.Store, grace time
 		{DriverTwoActiveRides, func() (pgstore.Violations, error) { return pgstore.DriversWithTwoActiveRides(ctx, q, MaxExamples) }},
 		{AssignmentRowMismatch, func() (pgstore.Violations, error) { return pgstore.AssignmentRowMismatches(ctx, q, MaxExamples) }},
 		{RideTwoPendingOffers, func() (pgstore.Violations, error) { return pgstore.RidesWithTwoPendingOffers(ctx, q, MaxExamples) }},
+		{DriverTwoPendingOffers, func() (pgstore.Violations, error) { return pgstore.DriversWithTwoPendingOffers(ctx, q, MaxExamples) }},
+		{PendingOfferWhileOnRide, func() (pgstore.Violations, error) { return pgstore.PendingOffersWhileOnRide(ctx, q, MaxExamples) }},
 		{PendingOfferOverdue, func() (pgstore.Violations, error) { return pgstore.OverduePendingOffers(ctx, q, grace, MaxExamples) }},
 		{OutboxBacklog, func() (pgstore.Violations, error) { return pgstore.OutboxBacklog(ctx, q, grace, MaxExamples) }},
 	} {

@@ -212,6 +212,18 @@ func TestEachInvariantCatchesItsBreak(t *testing.T) {
 				VALUES (gen_random_uuid(), $1, 'd-free', 'PENDING', 100, 100, now() + interval '10 minutes')`, w.offer)
 			return want{invariants.RideTwoPendingOffers: 1}, ex{invariants.RideTwoPendingOffers: w.offer}
 		}},
+		{"driver_two_pending_offers", func(t *testing.T, w *world) (want, ex) {
+			w.Exec(t, `DROP INDEX IF EXISTS offers_one_pending_per_driver`)
+			w.Exec(t, `INSERT INTO offers (id, ride_id, driver_id, status, distance_m, score, expires_at)
+				VALUES (gen_random_uuid(), $1, 'd-offer', 'PENDING', 100, 100, now() + interval '10 minutes')`, w.far)
+			n := invariants.Name("driver_two_pending_offers")
+			return want{n: 1}, ex{n: "d-offer"}
+		}},
+		{"pending_offer_while_on_ride", func(t *testing.T, w *world) (want, ex) {
+			w.Exec(t, `INSERT INTO offers (id, ride_id, driver_id, status, distance_m, score, expires_at)
+				VALUES (gen_random_uuid(), $1, 'd-acc', 'PENDING', 100, 100, now() + interval '10 minutes')`, w.far)
+			return want{invariants.Name("pending_offer_while_on_ride"): 1}, nil
+		}},
 		{"pending_offer_overdue", func(t *testing.T, w *world) (want, ex) {
 			w.Exec(t, `UPDATE offers SET created_at = now() - interval '2 hours', expires_at = now() - interval '1 hour'
 				WHERE ride_id = $1 AND status = 'PENDING'`, w.offer)
@@ -339,7 +351,7 @@ func TestNamesAreStableAndDocumented(t *testing.T) {
 		}
 		seen[inv.Name] = true
 	}
-	if len(seen) != 9 {
-		t.Errorf("%d invariants, want 9", len(seen))
+	if len(seen) != 11 {
+		t.Errorf("%d invariants, want 11", len(seen))
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/flagdown/flagdown/events"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/logging"
+	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/pgstore"
 	"github.com/flagdown/flagdown/shared/tracing"
 )
@@ -23,6 +24,10 @@ const (
 	// MatchUnmatched: nobody could be offered within the retry budget; the ride is UNMATCHED.
 	MatchUnmatched = "unmatched"
 )
+
+// ReasonRetryBudget is the reason of a ride.unmatched whose ride had been offered before but whose
+// offers expired or were declined until FLAGDOWN_RETRY_BUDGET was spent.
+const ReasonRetryBudget = "retry_budget"
 
 // Window is the offer window of one match attempt.
 type Window struct {
@@ -55,7 +60,9 @@ func (w Window) LockTTL() time.Duration { return time.Until(w.until) }
 type Pick func(ctx context.Context, ride *dispatch.Ride, excluded map[string]bool, win Window) (*dispatch.Offer, string, error)
 
 // Match runs one match attempt of rideID, triggered by ev: with the ride locked it expires offers
-// whose window closed, then calls pick. An offer found is recorded PENDING with ride.offered; when
+// whose window closed; a ride tried before whose retry budget (FLAGDOWN_RETRY_BUDGET, from
+// match_started_at) is spent becomes UNMATCHED at once (ride.unmatched, reason retry_budget: its
+// offers kept expiring or being declined), else it calls pick. An offer found is recorded PENDING with ride.offered; when
 // nobody could be offered the attempt and its note are recorded and a retry timer armed with
 // backoff, or, past FLAGDOWN_RETRY_MAX_ATTEMPTS or FLAGDOWN_RETRY_BUDGET (counted from
 // match_started_at), the ride becomes UNMATCHED (ride.unmatched). If the transaction fails after
@@ -75,8 +82,9 @@ func (s *Service) Match(ctx context.Context, rideID string, ev *EventRef, pick P
 	}()
 	c := s.d.Rules
 	var locked *dispatch.Offer
+	budgetSpent := false
 	first, err := s.change(ctx, ev, func(tx pgx.Tx, fx *dispatch.Effects) (err error) {
-		locked, outcome = nil, ""
+		locked, outcome, budgetSpent = nil, "", false
 		ride, err := lockRide(ctx, tx, rideID)
 		if err != nil {
 			return err
@@ -89,6 +97,14 @@ func (s *Service) Match(ctx context.Context, rideID string, ev *EventRef, pick P
 		if err != nil || pending {
 			outcome = MatchNotNeeded
 			return err
+		}
+		if ride.MatchAttempts > 0 && now.Sub(ride.MatchStartedAt) >= c.RetryBudget {
+			// Tried before, and its offers expired or were declined until the budget was spent.
+			outcome, budgetSpent = MatchUnmatched, true
+			if err := pgstore.TouchRide(ctx, tx, ride.ID, "retry budget ("+c.RetryBudget.String()+") spent: no offer was accepted"); err != nil {
+				return err
+			}
+			return s.unmatch(ctx, tx, ride, ride.MatchAttempts, ReasonRetryBudget)
 		}
 		win := Window{ExpiresAt: now.Add(c.OfferWindow), until: time.Now().Add(c.OfferWindow),
 			free: func(ctx context.Context, driverID string) (bool, error) {
@@ -146,6 +162,9 @@ func (s *Service) Match(ctx context.Context, rideID string, ev *EventRef, pick P
 	})
 	if !first {
 		return MatchDuplicate, err
+	}
+	if err == nil && budgetSpent {
+		metrics.RideTimeouts.WithLabelValues(ReasonRetryBudget).Inc()
 	}
 	if err != nil && locked != nil {
 		// The offer was not recorded: free the driver we locked.

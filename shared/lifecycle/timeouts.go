@@ -58,30 +58,8 @@ func (s *Service) DriverOffline(ctx context.Context, driverID, reason string, ev
 		}
 		switch ride.Status {
 		case dispatch.RideAccepted:
-			to, err := dispatch.Transition(ride.Status, dispatch.ActionReopen, dispatch.ActorSystem)
-			if err != nil {
-				return err
-			}
-			at, version, err := pgstore.SetRideStatus(ctx, tx, ride.ID, pgstore.StatusChange{From: ride.Status, To: to})
-			if err != nil {
-				return err
-			}
-			if err := pgstore.TouchRide(ctx, tx, ride.ID, "driver "+driverID+" went offline; matching again"); err != nil {
-				return err
-			}
-			a, err := free(ctx, tx, driverID, ride, version, nil)
-			if err != nil {
-				return err
-			}
-			fx.Assignments = append(fx.Assignments, a)
 			out = OutcomeDone
-			_, err = pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
-				Type: events.RideReopened, Source: s.Source, Subject: ride.ID,
-				Data: events.RideTransitionData{RideID: ride.ID, RiderID: ride.RiderID, DriverID: driverID,
-					From: string(ride.Status), To: string(to), By: string(dispatch.ActorSystem),
-					Reason: "driver_offline", At: at.UTC(), Version: version},
-			})
-			return err
+			return s.reopen(ctx, tx, fx, ride, ReasonDriverOffline, "driver "+driverID+" went offline; matching again")
 		case dispatch.RideInProgress:
 			wrote, err := pgstore.InsertOutboxOnce(ctx, tx, pgstore.OnceID("ride.driver.offline", ride.ID, driverID, episode), pgstore.OutboxEvent{
 				Type: events.RideDriverOffline, Source: s.Source, Subject: ride.ID,
@@ -185,6 +163,115 @@ func (s *Service) RetryDue(ctx context.Context, rideID, reason string, ev *Event
 	})
 	if !first {
 		return OutcomeDuplicate, err
+	}
+	return out, err
+}
+
+// Reasons a ride is re-opened by the system (events.RideTransitionData.Reason of ride.reopened).
+const (
+	// ReasonDriverOffline: the driver of the ACCEPTED ride went offline (DriverOffline).
+	ReasonDriverOffline = "driver_offline"
+	// ReasonPickupOverdue: the ACCEPTED ride was not started within the pickup deadline
+	// (PickupOverdue).
+	ReasonPickupOverdue = "pickup_overdue"
+)
+
+// reopen takes the ACCEPTED ride (locked) from its driver: REQUESTED again with a fresh retry
+// budget, his assignment cleared, ride.reopened (by system, reason) written and note kept as the
+// ride's match note.
+func (s *Service) reopen(ctx context.Context, tx pgx.Tx, fx *dispatch.Effects, ride *dispatch.Ride, reason, note string) error {
+	to, err := dispatch.Transition(ride.Status, dispatch.ActionReopen, dispatch.ActorSystem)
+	if err != nil {
+		return err
+	}
+	at, version, err := pgstore.SetRideStatus(ctx, tx, ride.ID, pgstore.StatusChange{From: ride.Status, To: to})
+	if err != nil {
+		return err
+	}
+	if err := pgstore.TouchRide(ctx, tx, ride.ID, note); err != nil {
+		return err
+	}
+	a, err := free(ctx, tx, ride.DriverID, ride, version, nil)
+	if err != nil {
+		return err
+	}
+	fx.Assignments = append(fx.Assignments, a)
+	_, err = pgstore.InsertOutbox(ctx, tx, pgstore.OutboxEvent{
+		Type: events.RideReopened, Source: s.Source, Subject: ride.ID,
+		Data: events.RideTransitionData{RideID: ride.ID, RiderID: ride.RiderID, DriverID: ride.DriverID,
+			From: string(ride.Status), To: string(to), By: string(dispatch.ActorSystem),
+			Reason: reason, At: at.UTC(), Version: version},
+	})
+	return err
+}
+
+// PickupOverdue re-opens rideID when it is still ACCEPTED and was accepted longer than the pickup
+// deadline ago (Rules.PickupDeadline, by PostgreSQL's clock, checked again under the ride's lock):
+// the driver never started it, so it is matched again without him (ride.reopened, by system,
+// reason pickup_overdue; a fresh retry budget; his assignment cleared). It is stale when the ride
+// moved on, or when the deadline is off (0).
+func (s *Service) PickupOverdue(ctx context.Context, rideID string) (Outcome, error) {
+	deadline := s.d.Rules.PickupDeadline
+	if deadline <= 0 {
+		return OutcomeStale, nil
+	}
+	out := OutcomeStale
+	_, err := s.change(ctx, nil, func(tx pgx.Tx, fx *dispatch.Effects) error {
+		out = OutcomeStale
+		ride, err := lockRide(ctx, tx, rideID)
+		if err != nil || ride.Status != dispatch.RideAccepted {
+			return err
+		}
+		due, err := pgstore.OverdueRides(ctx, tx, dispatch.RideAccepted, deadline, []string{rideID}, 1)
+		if err != nil || len(due) == 0 {
+			return err
+		}
+		out = OutcomeDone
+		return s.reopen(ctx, tx, fx, ride, ReasonPickupOverdue,
+			"not started within the pickup deadline ("+deadline.String()+") by driver "+ride.DriverID+"; matching again")
+	})
+	if err == nil && out == OutcomeDone {
+		metrics.RideTimeouts.WithLabelValues(ReasonPickupOverdue).Inc()
+	}
+	return out, err
+}
+
+// TripOverdueEventID is the id of rideID's ride.overdue outbox row: one alert per ride, whoever
+// raises it and however often.
+func TripOverdueEventID(rideID string) string { return pgstore.OnceID("ride.overdue", rideID) }
+
+// TripOverdue raises ride.overdue once for rideID when it is still IN_PROGRESS and started longer
+// than the trip ceiling ago (Rules.TripCeiling, by PostgreSQL's clock, under the ride's lock). It
+// is an alert for operators: the ride's state does not change. It is stale when the alert was
+// raised already, the ride moved on, or the ceiling is off (0).
+func (s *Service) TripOverdue(ctx context.Context, rideID string) (Outcome, error) {
+	ceiling := s.d.Rules.TripCeiling
+	if ceiling <= 0 {
+		return OutcomeStale, nil
+	}
+	out := OutcomeStale
+	_, err := s.change(ctx, nil, func(tx pgx.Tx, _ *dispatch.Effects) error {
+		out = OutcomeStale
+		ride, err := lockRide(ctx, tx, rideID)
+		if err != nil || ride.Status != dispatch.RideInProgress || ride.StartedAt == nil {
+			return err
+		}
+		due, err := pgstore.OverdueRides(ctx, tx, dispatch.RideInProgress, ceiling, []string{rideID}, 1)
+		if err != nil || len(due) == 0 {
+			return err
+		}
+		wrote, err := pgstore.InsertOutboxOnce(ctx, tx, TripOverdueEventID(rideID), pgstore.OutboxEvent{
+			Type: events.RideOverdue, Source: s.Source, Subject: rideID,
+			Data: events.RideOverdueData{RideID: rideID, RiderID: ride.RiderID, DriverID: ride.DriverID,
+				Status: string(ride.Status), StartedAt: ride.StartedAt.UTC(), CeilingS: ceiling.Seconds(), At: time.Now().UTC()},
+		})
+		if wrote {
+			out = OutcomeDone
+		}
+		return err
+	})
+	if err == nil && out == OutcomeDone {
+		metrics.RideTimeouts.WithLabelValues("trip_overdue").Inc()
 	}
 	return out, err
 }

@@ -105,6 +105,23 @@ var (
 		Help: "Repairs made by reconcile, by kind.",
 	}, []string{"kind"})
 
+	// RideTimeouts counts rides a deadline acted on, by kind: pickup_overdue (an ACCEPTED ride not
+	// started within FLAGDOWN_PICKUP_DEADLINE, re-opened), trip_overdue (an IN_PROGRESS ride past
+	// FLAGDOWN_TRIP_CEILING, alerted with ride.overdue) and retry_budget (a REQUESTED ride whose
+	// offers kept expiring or being declined until FLAGDOWN_RETRY_BUDGET was spent, UNMATCHED).
+	RideTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flagdown_ride_timeouts_total",
+		Help: "Rides a deadline acted on, by kind (pickup_overdue, trip_overdue, retry_budget).",
+	}, []string{"kind"})
+
+	// OfflineBrakeEngaged is 1 while the offline brake holds (an abnormal share of the city's
+	// drivers lapsed together: nobody is taken offline), 0 otherwise; set by the expiry source at
+	// every health mark.
+	OfflineBrakeEngaged = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "flagdown_offline_brake_engaged",
+		Help: "1 while the offline brake holds offline decisions (a mass lapse of drivers), else 0.",
+	})
+
 	// Pings counts location-update pings by result: applied, stale, gps_jump, rate_limited.
 	Pings = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flagdown_pings_total",
@@ -158,6 +175,8 @@ var Families = []string{
 	"flagdown_trigger_retries_total",
 	"flagdown_trigger_dead_letters_total",
 	"flagdown_reconcile_repairs_total",
+	"flagdown_ride_timeouts_total",
+	"flagdown_offline_brake_engaged",
 	"flagdown_pings_total",
 	"flagdown_hail_presses_total",
 	"flagdown_surge_multiplier",
@@ -173,7 +192,7 @@ func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		HTTPRequests, HTTPDuration, MatchOutcomes, MatchDuration, MatchModeDecisions, OfferResponses, TimerLateness,
 		OutboxPublished, TriggerDeliveries, TriggerRetries, TriggerDeadLetters, ReconcileRepairs,
-		Pings, HailPresses, SurgeMultiplier, PushMessages, EventsRefused,
+		RideTimeouts, OfflineBrakeEngaged, Pings, HailPresses, SurgeMultiplier, PushMessages, EventsRefused,
 	}
 }
 

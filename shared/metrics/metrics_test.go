@@ -33,6 +33,7 @@ func touchAll() {
 	metrics.TriggerRetries.WithLabelValues("lint")
 	metrics.TriggerDeadLetters.WithLabelValues("lint")
 	metrics.ReconcileRepairs.WithLabelValues("lint")
+	metrics.RideTimeouts.WithLabelValues("lint")
 	metrics.Pings.WithLabelValues("lint")
 	metrics.HailPresses.WithLabelValues("lint", "lint")
 	metrics.SurgeMultiplier.WithLabelValues("lint")

@@ -63,6 +63,21 @@ func RidesWithTwoPendingOffers(ctx context.Context, q Querier, limit int) (Viola
 		GROUP BY ride_id HAVING count(*) > 1`)
 }
 
+// DriversWithTwoPendingOffers counts the drivers holding more than one PENDING offer and returns
+// up to limit driver ids.
+func DriversWithTwoPendingOffers(ctx context.Context, q Querier, limit int) (Violations, error) {
+	return violations(ctx, q, limit, `SELECT driver_id FROM offers WHERE status = 'PENDING'
+		GROUP BY driver_id HAVING count(*) > 1`)
+}
+
+// PendingOffersWhileOnRide counts the PENDING offers whose driver has an ACCEPTED or IN_PROGRESS
+// ride (both change in one transaction, so no grace applies) and returns up to limit offer ids.
+func PendingOffersWhileOnRide(ctx context.Context, q Querier, limit int) (Violations, error) {
+	return violations(ctx, q, limit, `SELECT o.id::text FROM offers o
+		WHERE o.status = 'PENDING' AND EXISTS (SELECT 1 FROM rides r
+			WHERE r.driver_id = o.driver_id AND r.status IN `+activeStatuses+`)`)
+}
+
 // OverduePendingOffers counts the PENDING offers whose window closed more than grace ago
 // (expires_at < now() - grace): their timeout was neither acted on nor repaired. It returns up to
 // limit offer ids.

@@ -104,3 +104,40 @@ func strings1(ctx context.Context, q Querier, sql string, args ...any) ([]string
 	}
 	return out, pgErr(rows.Err())
 }
+
+// overdueSince maps the active statuses to the column their deadline is counted from.
+var overdueSince = map[dispatch.RideStatus]string{dispatch.RideAccepted: "accepted_at", dispatch.RideInProgress: "started_at"}
+
+// OverdueRides returns the rides in status (ACCEPTED, counted from accepted_at, or IN_PROGRESS,
+// counted from started_at) for longer than age by PostgreSQL's clock, newest first (a ride already
+// handled does not hide a new one behind it), at most limit, restricted to ids when ids is not nil.
+func OverdueRides(ctx context.Context, q Querier, status dispatch.RideStatus, age time.Duration, ids []string, limit int) ([]string, error) {
+	col, ok := overdueSince[status]
+	if !ok {
+		return nil, dispatch.Invalid("status", "must be ACCEPTED or IN_PROGRESS")
+	}
+	filter := ""
+	args := []any{age.Milliseconds(), limit}
+	if ids != nil {
+		filter, args = ` AND id::text = ANY($3)`, append(args, ids)
+	}
+	// The status is a literal (a key of overdueSince), so the partial index of active rides
+	// (rides_one_active_per_driver) bounds the scan.
+	return strings1(ctx, q, `SELECT id::text FROM rides
+		WHERE status = '`+string(status)+`' AND `+col+` < now() - $1 * interval '1 millisecond'`+filter+`
+		ORDER BY `+col+` DESC LIMIT $2`, args...)
+}
+
+// OutboxEventsExist reports which of the event ids have an outbox row (published or not, until
+// retention prunes it).
+func OutboxEventsExist(ctx context.Context, q Querier, eventIDs []string) (map[string]bool, error) {
+	found, err := strings1(ctx, q, `SELECT event_id::text FROM outbox WHERE event_id = ANY($1::uuid[])`, eventIDs)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(found))
+	for _, id := range found {
+		out[id] = true
+	}
+	return out, nil
+}

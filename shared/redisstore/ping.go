@@ -109,7 +109,7 @@ func str(v any) string {
 }
 
 func (s *Store) pingKeys(driverID string) []string {
-	return []string{s.driverKey(driverID), s.hbKey(driverID), s.geoKey(), s.offerKey(driverID), s.DeadlinesKey(), s.onRideKey()}
+	return []string{s.driverKey(driverID), s.hbKey(driverID), s.geoKey(), s.offerKey(driverID), s.DeadlinesKey(), s.onRideKey(), s.hbIdxKey()}
 }
 
 func (s *Store) pingArgs(p Ping) []any {

@@ -38,9 +38,13 @@
 //	                     windows: an expired key is a cell without data (1.0)
 //	P quote:{id}         a fare estimate's quote as JSON (shared/pricing.Quote): what order-create
 //	                     charges when the rider names it; TTL = quote validity
-//	P health             hash gen, seen, since, gap: Redis's health mark, written by the expiry
-//	                     source's sweeper (MarkHealthy, health.lua) and read by every liveness
-//	                     decision (lapse.lua); no TTL: its absence means a new generation
+//	P health             hash gen, seen, since, gap, brake, brake_off: Redis's health mark and the
+//	                     offline brake, written by the expiry source's sweeper (MarkHealthy,
+//	                     health.lua) and read by every liveness decision (lapse.lua); no TTL: its
+//	                     absence means a new generation
+//	P hbidx              sorted set: driver id → his latest heartbeat deadline (ms, Redis's clock),
+//	                     written by every ping (a driver who sets himself offline leaves it), pruned by
+//	                     the health mark: the population the offline brake counts
 //	P matchdelay         hash ewma (seconds from a ride's request to its accept, an EWMA), n (samples)
 //	P waitcal:{cell}:{hour}, P waitcal:city:{hour}
 //	                     hash e, n: the wait calibration of a cell (or the city) at an hour of day
@@ -96,13 +100,23 @@ type Store struct {
 	// BatchWindow is the batch timer's TTL when Apply re-joins rides to the batch
 	// (dispatch.Effects.BatchJoins); New sets 2 s.
 	BatchWindow time.Duration
+	// OfflineBrakeShare is the share (0..1) of the population that, lapsing together, engages the
+	// offline brake at the next health mark (MarkHealthy; FLAGDOWN_OFFLINE_BRAKE_SHARE); 0 turns it
+	// off. New sets 0.55.
+	OfflineBrakeShare float64
+	// OfflineBrakeMinDrivers is the least population (drivers whose heartbeat deadline is less than
+	// a TTL ago or ahead) for which the brake may engage (FLAGDOWN_OFFLINE_BRAKE_MIN_DRIVERS). New
+	// sets 20.
+	OfflineBrakeMinDrivers int
 }
 
 // New returns a Store over rdb with every key under prefix; DriverStateTTL (24 h), MissMemory
-// (30 min) and BatchWindow (2 s) get their defaults, which the caller may change before first use.
+// (30 min), BatchWindow (2 s) and the offline brake (0.55 of at least 20 drivers) get their
+// defaults, which the caller may change before first use.
 func New(rdb redis.UniversalClient, prefix string, heartbeatTTL time.Duration, maxSpeedMPS float64) *Store {
 	return &Store{rdb: rdb, prefix: prefix, HeartbeatTTL: heartbeatTTL, MaxSpeedMPS: maxSpeedMPS, RidePosTTL: 2 * time.Hour,
-		DriverStateTTL: 24 * time.Hour, MissMemory: 30 * time.Minute, BatchWindow: 2 * time.Second}
+		DriverStateTTL: 24 * time.Hour, MissMemory: 30 * time.Minute, BatchWindow: 2 * time.Second,
+		OfflineBrakeShare: 0.55, OfflineBrakeMinDrivers: 20}
 }
 
 // ClusterScheme and ClusterTLSScheme are the REDIS_URL schemes naming a Redis Cluster (see Open).

@@ -7,6 +7,8 @@
 -- KEYS[4] offer_key      P offer:{id}, the driver's offer lock
 -- KEYS[5] deadlines_key  P deadlines, every timed key by its deadline (score unix ms)
 -- KEYS[6] onride_key     P onride, the drivers whose hash holds a ride
+-- KEYS[7] hbidx_key      P hbidx, every pinging driver by his heartbeat deadline (score unix ms),
+--                        the population the offline brake counts (health.lua)
 -- ARGV[1]  driver_id
 -- ARGV[2]  lat              WGS84 degrees
 -- ARGV[3]  lng              WGS84 degrees
@@ -51,7 +53,10 @@
 -- driver, see assign.lua) writes it. GEO set membership follows the available-set rule
 -- (available.lua's why_not_free, on the values read here): a free driver is (re-)placed at his
 -- position; a driver not free is taken out unless he was not free before this ping either (every
--- script that makes a driver not free takes him out, so he is not a member). A driver whose hash
+-- script that makes a driver not free takes him out, so he is not a member). The heartbeat index
+-- P hbidx holds every driver's latest heartbeat deadline (a driver who set himself offline leaves
+-- it): the offline brake (health.lua) counts in it how many drivers went silent together; it is
+-- the one command a ping spends for the brake. A driver whose hash
 -- holds a ride is (re-)added to the on-ride set, so reconcile finds every such driver even if the
 -- set was lost or predates him. The driver hash expires state_ttl_ms after the last ping. A ride
 -- position written at least push_every_ms after the last one marked due (field pushed, Redis's
@@ -63,6 +68,7 @@ local geo_key = KEYS[3]
 local offer_key = KEYS[4]
 local deadlines_key = KEYS[5]
 local onride_key = KEYS[6]
+local hbidx_key = KEYS[7]
 local driver_id = ARGV[1]
 local lat_arg, lng_arg = ARGV[2], ARGV[3]
 local ts_arg = ARGV[4]
@@ -97,6 +103,7 @@ table.insert(fields, 'hbdl'); table.insert(fields, hb_deadline)
 local ts = tonumber(ts_arg)
 local last_ts = tonumber(cur[1])
 if last_ts and ts <= last_ts then
+  if status == 'offline' then redis.call('ZREM', hbidx_key, driver_id) else redis.call('ZADD', hbidx_key, hb_deadline, driver_id) end
   redis.call('HSET', driver_key, unpack(fields))
   redis.call('PEXPIRE', driver_key, state_ttl_ms)
   return {0, 'stale', status, offer or '', '', 0}
@@ -134,6 +141,7 @@ if status == 'available' and prev ~= 'available' then
   table.insert(fields, 'since'); table.insert(fields, now)
 end
 redis.call('HSET', driver_key, unpack(fields))
+if status == 'offline' then redis.call('ZREM', hbidx_key, driver_id) else redis.call('ZADD', hbidx_key, hb_deadline, driver_id) end
 redis.call('PEXPIRE', driver_key, state_ttl_ms)
 
 local offered = offer ~= false and offer ~= nil

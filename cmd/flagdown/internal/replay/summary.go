@@ -336,6 +336,10 @@ type Summary struct {
 	InvariantAssignmentRowMismatch int `json:"invariant_assignment_row_mismatch"`
 	// InvariantRideTwoPendingOffers counts rides with two or more PENDING offers.
 	InvariantRideTwoPendingOffers int `json:"invariant_ride_two_pending_offers"`
+	// InvariantDriverTwoPendingOffers counts drivers holding two or more PENDING offers.
+	InvariantDriverTwoPendingOffers int `json:"invariant_driver_two_pending_offers"`
+	// InvariantPendingOfferWhileOnRide counts PENDING offers to drivers on an active ride.
+	InvariantPendingOfferWhileOnRide int `json:"invariant_pending_offer_while_on_ride"`
 	// InvariantPendingOfferOverdue counts PENDING offers past their window plus the grace.
 	InvariantPendingOfferOverdue int `json:"invariant_pending_offer_overdue"`
 	// InvariantRequestedRideIdle counts REQUESTED rides idle past the grace with no offer and no timer.
@@ -401,6 +405,8 @@ func (s *Summary) invariantFields() map[invariants.Name]*int {
 		invariants.DriverTwoActiveRides:    &s.InvariantDriverTwoActiveRides,
 		invariants.AssignmentRowMismatch:   &s.InvariantAssignmentRowMismatch,
 		invariants.RideTwoPendingOffers:    &s.InvariantRideTwoPendingOffers,
+		invariants.DriverTwoPendingOffers:  &s.InvariantDriverTwoPendingOffers,
+		invariants.PendingOfferWhileOnRide: &s.InvariantPendingOfferWhileOnRide,
 		invariants.PendingOfferOverdue:     &s.InvariantPendingOfferOverdue,
 		invariants.RequestedRideIdle:       &s.InvariantRequestedRideIdle,
 		invariants.OutboxBacklog:           &s.InvariantOutboxBacklog,

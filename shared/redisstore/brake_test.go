@@ -1,0 +1,144 @@
+package redisstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/redisstore"
+)
+
+// The offline brake: when an abnormal share of the city's drivers lapses together (FLAGDOWN_OFFLINE_BRAKE_SHARE
+// of those seen in the last two heartbeat TTLs, 55 % by default, with at least
+// FLAGDOWN_OFFLINE_BRAKE_MIN_DRIVERS of them), the fault is the platform's, not the drivers': the
+// liveness decision holds everybody "unknown" until the share is normal again.
+
+// fleet pings n drivers named prefix-0 … prefix-(n-1) at midtown and returns their ids.
+func fleet(t *testing.T, s *redisstore.Store, prefix string, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+		ping(t, s, ids[i], midtown, time.Now(), dispatch.DriverAvailable)
+	}
+	return ids
+}
+
+// lapseAt makes driverID's heartbeat lapse as if his last ping came a heartbeat TTL before dl: the
+// key gone, hbdl and his entry in the heartbeat index P hbidx at dl.
+func lapseAt(t *testing.T, s *redisstore.Store, driverID string, dl time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.Client().Del(ctx, s.Prefix()+"hb:"+driverID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Client().HSet(ctx, s.Prefix()+"driver:"+driverID, "hbdl", dl.UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Client().ZAdd(ctx, s.Prefix()+"hbidx", redis.Z{Score: float64(dl.UnixMilli()), Member: driverID}).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// markLongHealthy marks Redis healthy since long ago (a lapse a second ago was seen while healthy).
+func markLongHealthy(t *testing.T, s *redisstore.Store) {
+	t.Helper()
+	markHealthy(t, s, redisstore.HealthNewGeneration)
+	if err := s.Client().HSet(context.Background(), s.Prefix()+"health", "since", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// braked reports whether P health holds the brake (its field brake: engaged since, ms).
+func braked(t *testing.T, s *redisstore.Store) bool {
+	t.Helper()
+	n, err := s.Client().HExists(context.Background(), s.Prefix()+"health", "brake").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestASingleLapseAmongManyIsTakenOffline(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	markLongHealthy(t, s)
+	ids := fleet(t, s, "d", 30)
+	lapseAt(t, s, ids[0], redisNow(t, s).Add(-time.Second))
+	markHealthy(t, s, redisstore.HealthSteady)
+	if p := presence(t, s, ids[0]); p.State != redisstore.PresenceLapsed {
+		t.Errorf("presence of the one lapsed driver = %+v, want lapsed", p)
+	}
+}
+
+func TestAMassLapseTakesNobodyOffline(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	markLongHealthy(t, s)
+	ids := fleet(t, s, "d", 30)
+	// 20 of 30 (67 %) lapse within a second of each other, as when their pings stop reaching the
+	// platform; one of them (ids[0]) really left.
+	now := redisNow(t, s)
+	for i, id := range ids[:20] {
+		lapseAt(t, s, id, now.Add(-time.Duration(i)*50*time.Millisecond))
+	}
+	markHealthy(t, s, redisstore.HealthSteady)
+	if !braked(t, s) {
+		t.Errorf("P health has no brake after a mass lapse, want it engaged")
+	}
+	for _, id := range ids[:20] {
+		if p := presence(t, s, id); p.State != redisstore.PresenceUnknown || p.Reason != "mass_lapse" {
+			t.Fatalf("presence of %s during a mass lapse = %+v, want unknown (mass_lapse)", id, p)
+		}
+	}
+	gone, err := s.HeartbeatsGone(context.Background(), ids[:20], 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range gone {
+		if g {
+			t.Errorf("HeartbeatsGone(%s) during a mass lapse = true, want false", ids[i])
+		}
+	}
+
+	// The platform recovers: all but ids[0] ping again, the share is normal and the brake lets go.
+	for _, id := range ids[1:20] {
+		ping(t, s, id, midtown, time.Now(), dispatch.DriverAvailable)
+	}
+	markHealthy(t, s, redisstore.HealthSteady)
+	if braked(t, s) {
+		t.Fatalf("P health holds the brake after the recovery, want it released")
+	}
+	// ids[0]'s lapse fell inside the braked period: he gets a heartbeat TTL from the release to
+	// ping, like after a Redis outage, and only then is he offline.
+	if p := presence(t, s, ids[0]); p.State != redisstore.PresenceUnknown || p.Reason != "mass_lapse" {
+		t.Errorf("presence of the driver who left, right after the release = %+v, want unknown (mass_lapse)", p)
+	}
+	ctx := context.Background()
+	if err := s.Client().HSet(ctx, s.Prefix()+"health", "brake_off", redisNow(t, s).Add(-s.HeartbeatTTL-time.Second).UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if p := presence(t, s, ids[0]); p.State != redisstore.PresenceLapsed {
+		t.Errorf("presence of the driver who left, a TTL after the release = %+v, want lapsed", p)
+	}
+}
+
+// Below FLAGDOWN_OFFLINE_BRAKE_MIN_DRIVERS the brake never engages: a small fleet leaving together
+// is not a platform fault.
+func TestASmallFleetLapsingTogetherIsTakenOffline(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	markLongHealthy(t, s)
+	ids := fleet(t, s, "d", 5)
+	for _, id := range ids[:4] {
+		lapseAt(t, s, id, redisNow(t, s).Add(-time.Second))
+	}
+	markHealthy(t, s, redisstore.HealthSteady)
+	if p := presence(t, s, ids[0]); p.State != redisstore.PresenceLapsed {
+		t.Errorf("presence in a fleet of 5 = %+v, want lapsed", p)
+	}
+}
