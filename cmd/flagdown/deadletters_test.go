@@ -11,6 +11,7 @@ import (
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
+	"github.com/cloudevents/sdk-go/v2/binding"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
 	"github.com/flagdown/flagdown/events"
@@ -53,7 +54,7 @@ func TestDeadLetterSinkLogsNoEventData(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := cehttp.WriteRequest(ctx, (*cloudevents.EventMessage)(&e), req); err != nil {
+			if err := cehttp.WriteRequest(ctx, binding.ToMessage(&e), req); err != nil {
 				t.Fatal(err)
 			}
 			resp, err := http.DefaultClient.Do(req)
