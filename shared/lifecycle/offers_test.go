@@ -2,9 +2,11 @@ package lifecycle_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
+	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
 // insertPendingOffer writes a PENDING offer of rideID to driverID straight into PostgreSQL, as a
@@ -76,5 +78,50 @@ func TestADriverWithAPendingOfferIsNotOfferedAnother(t *testing.T) {
 	}
 	if n := env.Count(t, `SELECT count(*) FROM offers WHERE driver_id = 'd-1' AND status = 'PENDING'`); n != 1 {
 		t.Errorf("PENDING offers of d-1 = %d, want 1", n)
+	}
+}
+
+// An offer's timeout is its own: when Redis expired a driver's offer lock and a match takes his
+// lock again (for a new offer) before the expiry source looked the old key up, the old offer's
+// timer must still fire and time it out. It used to be one key per driver, P offer:{driver}: the
+// new lock overwrote its indexed deadline, so the old offer stayed PENDING until reconcile.
+func TestAnOfferTimeoutSurvivesANewLockOfTheSameDriver(t *testing.T) {
+	t.Parallel()
+	env := fntest.NewTimeoutEnv(t, nil)
+	ctx := t.Context()
+	env.Ping(t, "d-1", fntest.Offset(pickup, 100, 0))
+	first := offered(t, env, "r-1", "d-1")
+	var offerID string
+	if err := env.D.DB.Pool.QueryRow(ctx, `SELECT id FROM offers WHERE ride_id = $1`, first).Scan(&offerID); err != nil {
+		t.Fatal(err)
+	}
+	// Its window closed and Redis deleted the lock; the expiry source has not looked at it yet.
+	env.Exec(t, `UPDATE offers SET created_at = now() - interval '1 minute', expires_at = now() - interval '1 second' WHERE id = $1`, offerID)
+	env.DeleteKey(t, "offer:d-1")
+	env.Ping(t, "d-1", fntest.Offset(pickup, 101, 0))
+	second := env.CreateRide(t, "r-2", pickup, dropoff)
+	env.MatchRide(t, second) // takes d-1's offer lock again (and, as he holds an offer, gives it back)
+
+	// Every offer timer indexed fires now, as its deadline comes.
+	rdb := env.D.Redis.Client()
+	keys, err := rdb.ZRange(ctx, env.D.Redis.DeadlinesKey(), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range keys {
+		kind, _, ok := redisstore.ParseTimedKey(env.D.Redis.Prefix(), key)
+		if !ok || kind == redisstore.KindHeartbeat {
+			continue
+		}
+		name := strings.TrimPrefix(key, env.D.Redis.Prefix())
+		env.DeleteKey(t, name)
+		env.Expire(t, env.ExpiredEvent(name))
+	}
+	var status string
+	if err := env.D.DB.Pool.QueryRow(ctx, `SELECT status FROM offers WHERE id = $1`, offerID).Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	if status != "EXPIRED" {
+		t.Errorf("offer of r-1 after its timer fired = %s, want EXPIRED (deadlines indexed: %v)", status, keys)
 	}
 }
