@@ -141,3 +141,13 @@ func DriverOfferable(ctx context.Context, q Querier, driverID string) (onRide *A
 	err = q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM offers WHERE driver_id = $1 AND status = 'PENDING')`, driverID).Scan(&pending)
 	return onRide, pending, pgErr(err)
 }
+
+// OfferDriver returns the driver of offer id ("" when there is no such offer).
+func OfferDriver(ctx context.Context, q Querier, id string) (string, error) {
+	var driverID string
+	err := q.QueryRow(ctx, `SELECT driver_id FROM offers WHERE id = $1`, id).Scan(&driverID)
+	if IsNoRows(err) {
+		return "", nil
+	}
+	return driverID, pgErr(err)
+}
