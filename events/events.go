@@ -254,9 +254,9 @@ type DriverStatusChangedData struct {
 type RedisKeyExpiredData struct {
 	// Key is the full Redis key name (also the subject).
 	Key string `json:"key"`
-	// Kind is heartbeat, offer_lock or retry (redisstore.KeyKind).
+	// Kind is heartbeat, offer_timer, offer_lock, retry or batch (redisstore.KeyKind).
 	Kind string `json:"kind"`
-	// ID is the driver id (heartbeat, offer_lock) or ride id (retry) from the key name.
+	// ID is the driver id (heartbeat, offer_lock), offer id (offer_timer), ride id (retry) or batch timer from the key name.
 	ID string `json:"id"`
 	// DeadlineMs is the deadline indexed for the key, unix milliseconds (0 when unknown).
 	DeadlineMs int64 `json:"deadline_ms"`

@@ -3,7 +3,8 @@
 // timeouts they mean:
 //
 //	P hb:{driver}     heartbeat expired  → driver offline (see lifecycle.DriverOffline)
-//	P offer:{driver}  offer lock expired → offer timed out, ride matched again without him
+//	P offertimer:{offer}  offer timer expired → that offer timed out, ride matched again without its driver
+//	P offer:{driver}  offer lock indexed by an older version expired → his offers timed out
 //	P retry:{ride}    retry timer fired  → ride matched again
 //	P batch:{name}:{opened}  batch window closed → match.batch.due: the batch's rides assigned together
 //
@@ -82,6 +83,8 @@ func (f *Function) Handle(ctx context.Context, e event.Event) (string, error) {
 		out, err = f.lc.DriverOffline(ctx, id, "heartbeat_expired", ref)
 	case redisstore.KindOfferLock:
 		out, err = f.lc.OfferTimedOut(ctx, id, ref)
+	case redisstore.KindOfferTimer:
+		out, err = f.lc.OfferTimerFired(ctx, id, ref)
 	case redisstore.KindRetry:
 		out, err = f.lc.RetryDue(ctx, id, "retry_timer", ref)
 	case redisstore.KindBatch:

@@ -44,7 +44,7 @@ const (
 	ReasonOfferExpired = "offer_expired"
 	// ReasonNotYourOffer: the driver holds no offer for this ride.
 	ReasonNotYourOffer = "not_your_offer"
-	// ReasonDriverBusy: the driver already has an active ride.
+	// ReasonDriverBusy: the driver already has an active ride (or, for an offer, holds a PENDING one).
 	ReasonDriverBusy = "driver_busy"
 	// ReasonIllegalTransition: the ride's current status does not allow the action.
 	ReasonIllegalTransition = "illegal_transition"

@@ -1,5 +1,5 @@
 // Package expiry is flagdown's expiry source: it turns the expiry of flagdown's timed Redis keys
-// (heartbeats P hb:{driver}, offer locks P offer:{driver}, retry timers P retry:{ride}, batch
+// (heartbeats P hb:{driver}, offer timers P offertimer:{offer}, retry timers P retry:{ride}, batch
 // timers P batch:{name}:{opened}; see redisstore.ParseTimedKey) into io.flagdown.redis.key.expired.v1 CloudEvents on the broker, so that
 // every timeout is acted on within about one sweep interval (200 ms by default, well within the 1 s
 // goal) of its deadline.
@@ -538,7 +538,9 @@ func (s *Source) handle(ctx context.Context, key string, swept bool) {
 		s.log.Warn("expiry: look up expired key (the sweeper will retry)", "key", key, keyIDAttr(kind, id), "err", err)
 		return
 	}
-	if exists {
+	if exists || (kind == redisstore.KindOfferLock && d == 0) {
+		// An offer lock that is not indexed is exclusion only: the offer's own timer
+		// (P offertimer:{offer}) is its timeout.
 		s.skipped.Add(1)
 		return
 	}

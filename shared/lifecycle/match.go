@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,10 +40,13 @@ type Window struct {
 	free func(ctx context.Context, driverID string) (bool, error)
 }
 
-// DriverFree reports whether PostgreSQL has driverID free of any active ride. Call it for the
-// driver whose offer lock was just taken: Redis may lag (a lost write, a Redis restart) and show an
-// on-ride driver available; such a driver is not offered the ride, and his Redis state is repaired
-// from PostgreSQL after the commit.
+// DriverFree reports whether PostgreSQL has driverID free of any active ride and of any PENDING
+// offer, read in the match's transaction. Call it for the driver whose offer lock was just taken:
+// Redis may lag (a lost write, a lost offer lock, a Redis restart) and show an on-ride or offered
+// driver available; such a driver is not offered the ride, and an on-ride driver's Redis state is
+// repaired from PostgreSQL after the commit. The offer's INSERT re-checks the rule under the
+// driver's row lock, whatever the code does (migration 00010: offers_one_pending_per_driver,
+// offers_driver_not_on_ride), so an accept or a street hail racing the match is refused there.
 func (w Window) DriverFree(ctx context.Context, driverID string) (bool, error) {
 	if w.free == nil {
 		return true, nil
@@ -66,7 +70,8 @@ type Pick func(ctx context.Context, ride *dispatch.Ride, excluded map[string]boo
 // nobody could be offered the attempt and its note are recorded and a retry timer armed with
 // backoff, or, past FLAGDOWN_RETRY_MAX_ATTEMPTS or FLAGDOWN_RETRY_BUDGET (counted from
 // match_started_at), the ride becomes UNMATCHED (ride.unmatched). If the transaction fails after
-// pick locked a driver, his lock is released. Outcomes: MatchOffered, MatchNoDriver,
+// pick locked a driver, his lock is released, unless the commit's outcome is unknown
+// (pgstore.ErrCommitUnknown: the offer may be PENDING, so he is not requeued). Outcomes: MatchOffered, MatchNoDriver,
 // MatchUnmatched, MatchDuplicate, MatchNotNeeded (no longer REQUESTED, or a live offer exists).
 //
 // The attempt is a "match ride" span (ride.id, flagdown.outcome) and the recording of an offer a
@@ -108,16 +113,14 @@ func (s *Service) Match(ctx context.Context, rideID string, ev *EventRef, pick P
 		}
 		win := Window{ExpiresAt: now.Add(c.OfferWindow), until: time.Now().Add(c.OfferWindow),
 			free: func(ctx context.Context, driverID string) (bool, error) {
-				rows, err := pgstore.AssignmentsOf(ctx, tx, []string{driverID})
+				onRide, pending, err := pgstore.DriverOfferable(ctx, tx, driverID)
 				if err != nil {
 					return false, err
 				}
-				a, ok := rows[driverID]
-				if !ok || a.RideID == "" {
-					return true, nil
+				if onRide != nil {
+					fx.Assignments = append(fx.Assignments, onRide.Assignment)
 				}
-				fx.Assignments = append(fx.Assignments, a.Assignment)
-				return false, nil
+				return onRide == nil && !pending, nil
 			}}
 		offer, note, err := pick(ctx, ride, excluded, win)
 		if err != nil {
@@ -166,8 +169,10 @@ func (s *Service) Match(ctx context.Context, rideID string, ev *EventRef, pick P
 	if err == nil && budgetSpent {
 		metrics.RideTimeouts.WithLabelValues(ReasonRetryBudget).Inc()
 	}
-	if err != nil && locked != nil {
-		// The offer was not recorded: free the driver we locked.
+	if err != nil && locked != nil && !errors.Is(err, pgstore.ErrCommitUnknown) {
+		// The offer was not recorded: free the driver we locked. When the commit's outcome is
+		// unknown the offer may be PENDING: his lock stays until its window ends, and the offer's
+		// timer (or reconcile) settles it then.
 		if _, rerr := s.d.Redis.ReleaseOffer(context.WithoutCancel(ctx), locked.DriverID, locked.ID, true); rerr != nil {
 			s.d.Log.Error("release offer lock after failed match", logging.RideID(rideID), logging.DriverID(locked.DriverID), "err", rerr)
 		}

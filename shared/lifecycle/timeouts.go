@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flagdown/flagdown/events"
@@ -133,6 +134,20 @@ func (s *Service) OfferTimedOut(ctx context.Context, driverID string, ev *EventR
 	}
 	metrics.OfferResponses.WithLabelValues("timed_out").Add(float64(expired))
 	return OutcomeDone, nil
+}
+
+// OfferTimerFired handles the timer of offer offerID (P offertimer:{offer}): its driver's PENDING
+// offers whose window closed time out (OfferTimedOut). It is stale when the offer is unknown or
+// its id is not an offer id.
+func (s *Service) OfferTimerFired(ctx context.Context, offerID string, ev *EventRef) (Outcome, error) {
+	if _, err := uuid.Parse(offerID); err != nil {
+		return OutcomeStale, nil
+	}
+	driverID, err := pgstore.OfferDriver(ctx, s.d.DB.Pool, offerID)
+	if err != nil || driverID == "" {
+		return OutcomeStale, err
+	}
+	return s.OfferTimedOut(ctx, driverID, ev)
 }
 
 // RetryDue asks for another match of rideID (ride.retry) if it is still REQUESTED without a live

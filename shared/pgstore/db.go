@@ -135,8 +135,14 @@ func migrate(ctx context.Context, sqlDB *sql.DB) error {
 	return nil
 }
 
+// ErrCommitUnknown is wrapped in Tx's error when the COMMIT itself failed: the transaction may
+// have committed (the connection broke after the server committed) or not, so the caller must not
+// undo effects it took outside PostgreSQL as if it had rolled back (errors.Is).
+var ErrCommitUnknown = errors.New("pgstore: the commit's outcome is unknown")
+
 // Tx runs fn in a transaction, committing if fn returns nil and rolling back otherwise. After a
-// commit of a transaction that wrote an outbox row it runs the OnOutboxCommit function.
+// commit of a transaction that wrote an outbox row it runs the OnOutboxCommit function. An error
+// of the COMMIT wraps ErrCommitUnknown.
 func (db *DB) Tx(ctx context.Context, fn func(pgx.Tx) error) error {
 	raw, err := db.Pool.Begin(ctx)
 	if err != nil {
@@ -148,7 +154,7 @@ func (db *DB) Tx(ctx context.Context, fn func(pgx.Tx) error) error {
 		return err
 	}
 	if err := raw.Commit(ctx); err != nil {
-		return dispatch.Unavailable("postgres", err)
+		return dispatch.Unavailable("postgres", fmt.Errorf("%w: %w", ErrCommitUnknown, err))
 	}
 	if tx.wroteOutbox {
 		db.committedOutbox()

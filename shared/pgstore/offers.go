@@ -119,3 +119,35 @@ func DriverHasLiveOffer(ctx context.Context, q Querier, driverID string) (bool, 
 	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM offers WHERE driver_id = $1 AND status = 'PENDING' AND expires_at > now())`, driverID).Scan(&live)
 	return live, pgErr(err)
 }
+
+// DriverOfferable reports what stands between driverID and a new offer: his active ride's
+// assignment (nil when he is free) and whether he holds a PENDING offer, whatever its window (one
+// whose window closed still holds him until its timeout is handled). It takes no lock: the offer's
+// INSERT re-checks both under PostgreSQL's guards (offers_one_pending_per_driver, and the
+// offers_driver_not_on_ride trigger, which reads his driver_assignments row FOR SHARE until the
+// commit), so a race with an accept or a street hail is refused there.
+func DriverOfferable(ctx context.Context, q Querier, driverID string) (onRide *AssignmentRow, pending bool, err error) {
+	rows, err := q.Query(ctx, assignmentSelect+` WHERE a.driver_id = $1`, driverID)
+	if err != nil {
+		return nil, false, pgErr(err)
+	}
+	list, err := scanAssignments(rows)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(list) == 1 && list[0].RideID != "" {
+		onRide = &list[0]
+	}
+	err = q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM offers WHERE driver_id = $1 AND status = 'PENDING')`, driverID).Scan(&pending)
+	return onRide, pending, pgErr(err)
+}
+
+// OfferDriver returns the driver of offer id ("" when there is no such offer).
+func OfferDriver(ctx context.Context, q Querier, id string) (string, error) {
+	var driverID string
+	err := q.QueryRow(ctx, `SELECT driver_id FROM offers WHERE id = $1`, id).Scan(&driverID)
+	if IsNoRows(err) {
+		return "", nil
+	}
+	return driverID, pgErr(err)
+}

@@ -60,6 +60,12 @@ func pgErr(err error) error {
 		case pe.Code == "23505" && pe.ConstraintName == "offers_one_pending_per_ride":
 			return &dispatch.Error{Code: dispatch.CodeConflict, Reason: "offer_pending",
 				Message: "the ride already has a pending offer", Err: err}
+		case pe.Code == "23505" && pe.ConstraintName == "offers_one_pending_per_driver":
+			return &dispatch.Error{Code: dispatch.CodeConflict, Reason: dispatch.ReasonDriverBusy,
+				Message: "the driver already holds a pending offer", Err: err}
+		case pe.Code == "23514" && pe.ConstraintName == "offers_driver_not_on_ride":
+			return &dispatch.Error{Code: dispatch.CodeConflict, Reason: dispatch.ReasonDriverBusy,
+				Message: "the driver is on a ride and cannot be offered another", Err: err}
 		case pe.Code[:2] == "08" || pe.Code[:2] == "53" || pe.Code[:2] == "57":
 			return dispatch.Unavailable("postgres", err)
 		}

@@ -61,7 +61,7 @@ func (s *Store) ApplyAssignment(ctx context.Context, a dispatch.Assignment) (App
 // re-applies the available-set rule (scripts/release_offer.lua).
 var releaseScript = loadScript(nowLua, availableLua, "release_offer.lua")
 
-// ReleaseOffer deletes driverID's offer lock if it still holds offerID and, when requeue is true,
+// ReleaseOffer deletes offerID's timer, and driverID's offer lock if it still holds offerID and, when requeue is true,
 // puts a still-available, alive driver without a ride back in the GEO set. It reports whether the
 // lock was released; errors are CodeUnavailable.
 func (s *Store) ReleaseOffer(ctx context.Context, driverID, offerID string, requeue bool) (bool, error) {
@@ -70,7 +70,7 @@ func (s *Store) ReleaseOffer(ctx context.Context, driverID, offerID string, requ
 		flag = "1"
 	}
 	n, err := releaseScript.Run(ctx, s.rdb,
-		[]string{s.offerKey(driverID), s.driverKey(driverID), s.hbKey(driverID), s.geoKey(), s.DeadlinesKey()},
+		[]string{s.offerKey(driverID), s.driverKey(driverID), s.hbKey(driverID), s.geoKey(), s.DeadlinesKey(), s.offerTimerKey(offerID)},
 		offerID, flag, driverID).Int()
 	if err != nil {
 		return false, unavailable(err)

@@ -17,6 +17,7 @@ func TestParseTimedKeyKinds(t *testing.T) {
 	}{
 		"p:hb:d1":         {redisstore.KindHeartbeat, "d1", true},
 		"p:offer:d1":      {redisstore.KindOfferLock, "d1", true},
+		"p:offertimer:o1": {redisstore.KindOfferTimer, "o1", true},
 		"p:retry:r1":      {redisstore.KindRetry, "r1", true},
 		"p:batch:city:17": {redisstore.KindBatch, "city:17", true},
 		"p:batcharmed:c":  {"", "", false},

@@ -160,7 +160,8 @@ func (s *Store) DriverInfos(ctx context.Context, ids []string) ([]DriverInfo, er
 // atomic step (scripts/lock_offer.lua).
 var lockScript = loadScript(nowLua, availableLua, "lock_offer.lua")
 
-// LockOffer takes driverID's offer lock holding o for ttl (at least 1 ms). It returns false if
+// LockOffer takes driverID's offer lock holding o for ttl (at least 1 ms), and arms the offer's own
+// timer (P offertimer:{o.OfferID}) for the same deadline. It returns false if
 // another offer holds him or he is no longer available, alive and free of a ride (re-checked
 // atomically). Only the holder of o.OfferID may release it (ReleaseOffer). Errors are CodeUnavailable.
 func (s *Store) LockOffer(ctx context.Context, driverID string, o dispatch.LiveOffer, ttl time.Duration) (bool, error) {
@@ -169,7 +170,7 @@ func (s *Store) LockOffer(ctx context.Context, driverID string, o dispatch.LiveO
 		return false, dispatch.Internal(err)
 	}
 	n, err := lockScript.Run(ctx, s.rdb,
-		[]string{s.offerKey(driverID), s.geoKey(), s.DeadlinesKey(), s.driverKey(driverID), s.hbKey(driverID)},
+		[]string{s.offerKey(driverID), s.geoKey(), s.DeadlinesKey(), s.driverKey(driverID), s.hbKey(driverID), s.offerTimerKey(o.OfferID)},
 		value, max(ttl.Milliseconds(), 1), driverID).Int()
 	if err != nil {
 		return false, unavailable(err)

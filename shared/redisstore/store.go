@@ -17,7 +17,10 @@
 //	P geo:available      GEO set of available drivers (member = driver id; Redis stores lng, lat)
 //	P onride             set of the drivers whose hash holds a ride (reconcile and verify read it)
 //	P offer:{id}         offer lock of a driver, value = the offer as JSON (dispatch.LiveOffer), TTL =
-//	                     offer window
+//	                     offer window: exclusion only, not indexed in P deadlines
+//	P offertimer:{offer} the offer's timer, value = the driver id, expiring with the offer's window
+//	                     (indexed in P deadlines): one per offer, so a new lock of the same driver
+//	                     never drops an earlier offer's timeout
 //	P batch:{name}:{opened}, P batcharmed:{name}, P batchq:{name}, P batchrun:{name}:{deadline}
 //	                     batch matching: a window's timer, the armed marker, the rides waiting, the
 //	                     claim of a closed window (see JoinBatch)
@@ -235,12 +238,15 @@ func (s *Store) Now(ctx context.Context) (time.Time, error) {
 func (s *Store) Client() redis.UniversalClient { return s.rdb }
 
 // Key helpers.
-func (s *Store) driverKey(id string) string  { return s.prefix + "driver:" + id }
-func (s *Store) hbKey(id string) string      { return s.prefix + "hb:" + id }
-func (s *Store) geoKey() string              { return s.prefix + "geo:available" }
-func (s *Store) offerKey(id string) string   { return s.prefix + "offer:" + id }
-func (s *Store) ridePosKey(id string) string { return s.prefix + "ridepos:" + id }
-func (s *Store) onRideKey() string           { return s.prefix + "onride" }
+func (s *Store) driverKey(id string) string { return s.prefix + "driver:" + id }
+func (s *Store) hbKey(id string) string     { return s.prefix + "hb:" + id }
+func (s *Store) geoKey() string             { return s.prefix + "geo:available" }
+func (s *Store) offerKey(id string) string  { return s.prefix + "offer:" + id }
+
+// offerTimerKey is the timer of one offer (by offer id), set with its driver's offer lock.
+func (s *Store) offerTimerKey(offerID string) string { return s.prefix + "offertimer:" + offerID }
+func (s *Store) ridePosKey(id string) string         { return s.prefix + "ridepos:" + id }
+func (s *Store) onRideKey() string                   { return s.prefix + "onride" }
 
 // Ping checks the connection.
 func (s *Store) Ping(ctx context.Context) error {

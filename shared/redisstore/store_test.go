@@ -157,8 +157,11 @@ func testOfferLock(t *testing.T, newStore storeFunc) {
 		if !inGeo(t, s, "d-1") {
 			t.Errorf("a released (requeue), available, alive driver is not back in the available set")
 		}
-		if n, _ := s.Client().ZScore(ctx, s.DeadlinesKey(), s.Prefix()+"offer:d-1").Result(); n != 0 {
-			t.Errorf("released lock's deadline entry = %v, want removed", n)
+		if n, _ := s.Client().ZScore(ctx, s.DeadlinesKey(), s.Prefix()+"offertimer:offer-a").Result(); n != 0 {
+			t.Errorf("released offer's timer entry = %v, want removed", n)
+		}
+		if n, _ := s.Client().Exists(ctx, s.Prefix()+"offertimer:offer-a").Result(); n != 0 {
+			t.Errorf("released offer's timer still exists")
 		}
 	})
 
@@ -235,8 +238,8 @@ func testLockOfferRechecksEligibility(t *testing.T, newStore storeFunc) {
 			if got, err := s.OfferLock(ctx, "d-1"); err != nil || got != nil {
 				t.Errorf("OfferLock = %+v, %v; want nil", got, err)
 			}
-			if n, _ := s.Client().ZScore(ctx, s.DeadlinesKey(), s.Prefix()+"offer:d-1").Result(); n != 0 {
-				t.Errorf("deadline of a refused lock = %v, want none", n)
+			if n, _ := s.Client().ZScore(ctx, s.DeadlinesKey(), s.Prefix()+"offertimer:offer-a").Result(); n != 0 {
+				t.Errorf("timer of a refused lock = %v, want none", n)
 			}
 		})
 	}
@@ -585,7 +588,7 @@ func testDeadlinesUseRedisClock(t *testing.T, newStore storeFunc) {
 		if ok, err := s.LockOffer(ctx, "d-1", liveOffer("offer-a", "ride-a"), 15*time.Second); err != nil || !ok {
 			t.Fatalf("LockOffer = %v, %v; want true", ok, err)
 		}
-		checkDeadline(t, s, s.Prefix()+"offer:d-1", 15*time.Second, before, redisNow(t, s))
+		checkDeadline(t, s, s.Prefix()+"offertimer:offer-a", 15*time.Second, before, redisNow(t, s))
 	})
 	t.Run("SetRetryTimer", func(t *testing.T) {
 		t.Parallel()

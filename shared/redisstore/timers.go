@@ -14,8 +14,12 @@ type KeyKind string
 const (
 	// KindHeartbeat: P hb:{driver id}; expiry means the driver stopped pinging (offline).
 	KindHeartbeat KeyKind = "heartbeat"
-	// KindOfferLock: P offer:{driver id}; expiry means the driver let his offer window pass.
+	// KindOfferLock: P offer:{driver id}; expiry means the driver let his offer window pass. The
+	// lock is no longer indexed (KindOfferTimer is the offer's timeout); an entry an older version
+	// indexed is still acted on.
 	KindOfferLock KeyKind = "offer_lock"
+	// KindOfferTimer: P offertimer:{offer id}; expiry means that offer's window passed.
+	KindOfferTimer KeyKind = "offer_timer"
 	// KindRetry: P retry:{ride id}; expiry means it is time to match the ride again.
 	KindRetry KeyKind = "retry"
 	// KindBatch: P batch:{batch name}:{opened ms}; expiry means that batch window closed: the
@@ -26,7 +30,7 @@ const (
 var kindPrefixes = []struct {
 	kind KeyKind
 	part string
-}{{KindHeartbeat, "hb:"}, {KindOfferLock, "offer:"}, {KindRetry, "retry:"}, {KindBatch, "batch:"}}
+}{{KindHeartbeat, "hb:"}, {KindOfferLock, "offer:"}, {KindOfferTimer, "offertimer:"}, {KindRetry, "retry:"}, {KindBatch, "batch:"}}
 
 // ParseTimedKey tells the kind and id of a flagdown timed key under prefix. ok is false for any
 // other key (other applications' keys, flagdown keys whose expiry means nothing).

@@ -48,11 +48,11 @@ func TestTimedKeysExpireAtTheirIndexedDeadline(t *testing.T) {
 		for i := range writes {
 			id := fmt.Sprintf("lock%d", i)
 			ping(t, s, id, midtown, start, dispatch.DriverAvailable)
-			ok, err := s.LockOffer(ctx, id, dispatch.LiveOffer{RideID: "r" + id}, time.Minute)
+			ok, err := s.LockOffer(ctx, id, dispatch.LiveOffer{OfferID: "o" + id, RideID: "r" + id}, time.Minute)
 			if err != nil || !ok {
 				t.Fatalf("LockOffer = %v, %v", ok, err)
 			}
-			check(t, s.Prefix()+"offer:"+id)
+			check(t, s.Prefix()+"offertimer:o"+id)
 		}
 	})
 	t.Run("retry timer", func(t *testing.T) {
