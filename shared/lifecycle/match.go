@@ -45,7 +45,7 @@ type Window struct {
 // Redis may lag (a lost write, a lost offer lock, a Redis restart) and show an on-ride or offered
 // driver available; such a driver is not offered the ride, and an on-ride driver's Redis state is
 // repaired from PostgreSQL after the commit. The offer's INSERT re-checks the rule under the
-// driver's row lock, whatever the code does (migration 00010: offers_one_pending_per_driver,
+// driver's row lock, whatever the code does (migration 00009: offers_one_pending_per_driver,
 // offers_driver_not_on_ride), so an accept or a street hail racing the match is refused there.
 func (w Window) DriverFree(ctx context.Context, driverID string) (bool, error) {
 	if w.free == nil {
