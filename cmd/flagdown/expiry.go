@@ -43,7 +43,7 @@ Prometheus metrics; traces go to the OTLP endpoint of the OTEL_* environment whe
 				return err
 			}
 			defer stopMetrics()
-			rdb, err := redisstore.Open(ctx, cfg.RedisURL)
+			rdb, err := redisstore.OpenTimeout(ctx, cfg.RedisURL, cfg.RedisTimeout)
 			if err != nil {
 				return err
 			}

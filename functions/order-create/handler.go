@@ -11,6 +11,13 @@
 // dropoff, still valid), or, without quote_id, a quote made now. The rider never sends a price or a
 // multiplier. Once the ride exists its request counts in the pickup cell's surge demand.
 //
+// The ride is PostgreSQL's, so a request answers while Redis does not (docs/resilience.md): the
+// rate limit is then enforced by the process alone (shared/ratelimit), the ride is priced at the
+// base fare (pricing.Service.BaseQuote: multiplier 1.0, no quoted wait; a quote_id is not read),
+// counted in flagdown_redis_degraded_total{check="pricing"}, and matching starts once Redis is back
+// (the relay's ride.requested, or reconcile's rides_retried). Every Redis step waits at most
+// FLAGDOWN_REDIS_TIMEOUT.
+//
 // Callers need a rider token (auth.Require); the ride is the token's subject's: rider_id may be left
 // out and, if sent, must be his (else 403). So the 409 rider_has_open_ride, which names the open
 // ride in details.ride_id, only ever answers the rider whose ride it is.
@@ -27,6 +34,7 @@ import (
 	"github.com/flagdown/flagdown/shared/lifecycle"
 	"github.com/flagdown/flagdown/shared/pricing"
 	"github.com/flagdown/flagdown/shared/ratelimit"
+	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
 // Source is the CloudEvent source of events this function emits.
@@ -37,11 +45,13 @@ type Function struct {
 	d  *host.Deps
 	lc *lifecycle.Service
 	h  http.Handler
+	// basePriced follows the rides priced without Redis.
+	basePriced *redisstore.Degradation
 }
 
 // New returns the function over d; it requires a rider token.
 func New(d *host.Deps) *Function {
-	f := &Function{d: d, lc: d.Lifecycle(Source)}
+	f := &Function{d: d, lc: d.Lifecycle(Source), basePriced: redisstore.NewDegradation("pricing", d.Log)}
 	f.h = auth.Require(d.Auth, d.Log, http.HandlerFunc(f.serve), auth.RoleRider)
 	return f
 }
@@ -120,7 +130,9 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		if !created {
 			status = http.StatusOK
 		} else {
-			f.d.Pricing().Requested(r.Context(), q, ride.ID)
+			rctx, cancel := f.d.Redis.Bounded(r.Context())
+			f.d.Pricing().Requested(rctx, q, ride.ID)
+			cancel()
 		}
 		return status, Response{RideID: ride.ID, Status: ride.Status, FareEstimateCents: ride.FareEstimateCents,
 			EstDistanceM: ride.EstDistanceM, EstDurationS: ride.EstDurationS,
@@ -145,12 +157,21 @@ func (f *Function) newRide(req *Request, key string) (*dispatch.Ride, error) {
 // price sets the ride's fare, multiplier and quoted wait from the rider's quote quoteID, or from a
 // quote made now (pricing.Service.Price: nothing written) when quoteID is empty, and returns the quote.
 func (f *Function) price(ctx context.Context, ride *dispatch.Ride, quoteID string) (*pricing.Quote, error) {
+	ctx, cancel := f.d.Redis.Bounded(ctx)
+	defer cancel()
 	var q *pricing.Quote
 	var err error
 	if quoteID != "" {
 		q, err = f.d.Pricing().Take(ctx, quoteID, ride.RiderID, ride.Pickup, ride.Dropoff)
 	} else {
 		q, err = f.d.Pricing().Price(ctx, ride.RiderID, ride.Pickup, ride.Dropoff)
+	}
+	switch {
+	case dispatch.ErrorCode(err) == dispatch.CodeUnavailable:
+		f.basePriced.Degraded(err, "rides priced at the base fare (1.0, no quoted wait)")
+		q, err = f.d.Pricing().BaseQuote(ride.RiderID, ride.Pickup, ride.Dropoff), nil
+	case err == nil:
+		f.basePriced.Recovered()
 	}
 	if err != nil {
 		return nil, err

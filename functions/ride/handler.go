@@ -21,6 +21,11 @@
 // forbids answers 409 illegal_transition naming the current status. The driver's live position is
 // shown only while the ride is ACCEPTED or IN_PROGRESS, and only if it is the position of the
 // ride's driver.
+//
+// Everything but the live position and the wait estimate comes from PostgreSQL, so a ride answers
+// while Redis does not: those two are read within FLAGDOWN_REDIS_TIMEOUT and left out when Redis
+// does not answer in time (counted in flagdown_redis_degraded_total{check="ride_view"}), and the
+// Redis effects of an action are left to reconcile (docs/resilience.md).
 package function
 
 import (
@@ -46,11 +51,13 @@ type Function struct {
 	d  *host.Deps
 	lc *lifecycle.Service
 	h  http.Handler
+	// noLive follows the views shown without their Redis part.
+	noLive *redisstore.Degradation
 }
 
 // New returns the function over d; it requires a driver, rider or ops token.
 func New(d *host.Deps) *Function {
-	f := &Function{d: d, lc: d.Lifecycle(Source)}
+	f := &Function{d: d, lc: d.Lifecycle(Source), noLive: redisstore.NewDegradation("ride_view", d.Log)}
 	f.h = auth.Require(d.Auth, d.Log, http.HandlerFunc(f.serve), auth.RoleDriver, auth.RoleRider, auth.RoleOps)
 	return f
 }
@@ -184,21 +191,36 @@ func (f *Function) view(ctx context.Context, id string, allow func(*dispatch.Rid
 		FirstOfferedAt: ride.FirstOfferedAt, AcceptedAt: ride.AcceptedAt, StartedAt: ride.StartedAt,
 		CompletedAt: ride.CompletedAt, CancelledAt: ride.CancelledAt,
 	}
-	if ride.Status.Active() {
-		if v.DriverPosition, err = f.d.Redis.RidePosition(ctx, ride.ID, ride.DriverID); err != nil {
+	if err := f.live(ctx, ride, v); err != nil {
+		if dispatch.ErrorCode(err) != dispatch.CodeUnavailable {
 			return nil, err
 		}
-	}
-	if ride.Status == dispatch.RideRequested {
-		w, err := f.d.Pricing().Wait(ctx, ride.Pickup, ride.MatchStartedAt)
-		if err != nil {
-			return nil, err
-		}
-		if w != nil {
-			v.EstWaitS = &w.TotalS
-		}
+		f.noLive.Degraded(err, "rides shown without live position and wait estimate")
 	}
 	return v, nil
+}
+
+// live adds to v what Redis holds of ride (the driver's live position while the ride is ACCEPTED or
+// IN_PROGRESS, the wait estimate while it is REQUESTED), within FLAGDOWN_REDIS_TIMEOUT.
+func (f *Function) live(ctx context.Context, ride *dispatch.Ride, v *View) error {
+	ctx, cancel := f.d.Redis.Bounded(ctx)
+	defer cancel()
+	var err error
+	switch {
+	case ride.Status.Active():
+		v.DriverPosition, err = f.d.Redis.RidePosition(ctx, ride.ID, ride.DriverID)
+	case ride.Status == dispatch.RideRequested:
+		var w *dispatch.WaitEstimate
+		if w, err = f.d.Pricing().Wait(ctx, ride.Pickup, ride.MatchStartedAt); w != nil {
+			v.EstWaitS = &w.TotalS
+		}
+	default:
+		return nil
+	}
+	if err == nil {
+		f.noLive.Recovered()
+	}
+	return err
 }
 
 func (f *Function) act(w http.ResponseWriter, r *http.Request, id string, action dispatch.Action) error {

@@ -27,8 +27,14 @@ type Config struct {
 	// DatabaseSchema, when set, is the schema flagdown's tables live in (search_path); tests use one each.
 	DatabaseSchema string `env:"FLAGDOWN_DB_SCHEMA"`
 	// RedisURL is the Redis connection URL (GEO index, heartbeats, driver state, offer locks): one server
-	// (redis://) or a Redis Cluster (redis+cluster://host:port?addr=host2:port2, see redisstore.Open).
+	// (redis://), a primary followed through Sentinel (redis+sentinel://host:port,host2:port2/mastername)
+	// or a Redis Cluster (redis+cluster://host:port?addr=host2:port2), see redisstore.Open.
 	RedisURL string `env:"REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
+	// RedisTimeout bounds each wait on Redis: go-redis's dial, read, write and pool-wait timeouts,
+	// and the deadline of the Redis work of a request whose decision PostgreSQL makes (the effects
+	// applied after a commit, a ride's live position, the rate limit of order-create), which
+	// degrades instead of failing when Redis does not answer in time (docs/resilience.md). 10ms..10s.
+	RedisTimeout time.Duration `env:"FLAGDOWN_REDIS_TIMEOUT" envDefault:"500ms"`
 	// RedisPrefix is prepended to every Redis key flagdown writes, so several deployments or tests share a
 	// server; on a Redis Cluster it carries the city's hash tag, e.g. "flagdown:{nyc}:" (redisstore.CheckPrefix).
 	RedisPrefix string `env:"FLAGDOWN_REDIS_PREFIX" envDefault:"flagdown:"`
@@ -483,6 +489,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ReconcileInterval <= 0 || c.ReconcileGrace < 0 || c.ExpirySweepInterval <= 0 {
 		return fmt.Errorf("config: FLAGDOWN_RECONCILE_INTERVAL and FLAGDOWN_EXPIRY_SWEEP_INTERVAL must be > 0, FLAGDOWN_RECONCILE_GRACE >= 0")
+	}
+	if c.RedisTimeout < 10*time.Millisecond || c.RedisTimeout > 10*time.Second {
+		return fmt.Errorf("config: FLAGDOWN_REDIS_TIMEOUT (%s) must be between 10ms and 10s", c.RedisTimeout)
 	}
 	if c.MaxBatch < 1 || c.SearchCount < 1 || c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("config: FLAGDOWN_MAX_BATCH and FLAGDOWN_SEARCH_COUNT must be >= 1, FLAGDOWN_MAX_BODY_BYTES >= 1024")

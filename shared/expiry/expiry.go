@@ -658,8 +658,13 @@ func (s *Source) noteHealth(ctx context.Context, h redisstore.Health) {
 	switch h.Event {
 	case redisstore.HealthNewGeneration:
 		s.generations.Add(1)
-		s.log.Warn("expiry: new Redis generation (restarted empty or flushed): liveness decisions wait a heartbeat TTL",
-			"generation", h.Generation)
+		metrics.RedisGenerations.Inc()
+		// Loud: everything Redis held (heartbeats, offer locks, timers, assignments) is gone
+		// unless the mark was missing for another reason (a first start, a failover to a replica
+		// that never had it); reconcile rebuilds it from PostgreSQL.
+		s.log.Error("expiry: NEW REDIS GENERATION (restarted without its data, flushed, or failed over): "+
+			"liveness decisions wait a heartbeat TTL, reconcile rebuilds assignments from PostgreSQL",
+			"generation", h.Generation, "redis", redisstore.Addr(s.rdb))
 		s.onNewGeneration(ctx)
 	case redisstore.HealthGap:
 		s.gaps.Add(1)

@@ -83,7 +83,7 @@ func (d *Deps) Lifecycle(source string) *lifecycle.Service {
 // FLAGDOWN_RATE_* (ratelimit.FromConfig), built once.
 func (d *Deps) Limiter() *ratelimit.Limiter {
 	d.limiterOnce.Do(func() {
-		d.limiter = ratelimit.New(d.Redis.Client(), d.Config.RedisPrefix, ratelimit.FromConfig(d.Config))
+		d.limiter = ratelimit.NewTimeout(d.Redis.Client(), d.Config.RedisPrefix, ratelimit.FromConfig(d.Config), d.Config.RedisTimeout, d.Log)
 	})
 	return d.limiter
 }
@@ -134,7 +134,8 @@ func NewLogger(cfg *config.Config) *slog.Logger {
 	return log
 }
 
-// Open connects to PostgreSQL and Redis (one server or a Redis Cluster, see redisstore.Open) as cfg
+// Open connects to PostgreSQL and Redis (one server, a Sentinel-followed primary or a Redis Cluster,
+// see redisstore.OpenTimeout; FLAGDOWN_REDIS_TIMEOUT bounds every wait on it) as cfg
 // says, refusing a cluster with a key prefix without hash tag (redisstore.CheckPrefix). It does not
 // apply migrations. A nil log is NewLogger(cfg).
 func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Deps, error) {
@@ -145,7 +146,7 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Deps, err
 	if err != nil {
 		return nil, err
 	}
-	rdb, err := redisstore.Open(ctx, cfg.RedisURL)
+	rdb, err := redisstore.OpenTimeout(ctx, cfg.RedisURL, cfg.RedisTimeout)
 	if err == nil {
 		if err = redisstore.CheckPrefix(rdb, cfg.RedisPrefix); err != nil {
 			_ = rdb.Close()
@@ -165,12 +166,14 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*Deps, err
 }
 
 // NewStore returns the Redis store over rdb configured as cfg says (prefix, heartbeat TTL, speed
-// limit, driver-state TTL, miss memory, ping budget, and the position push interval when push is on).
+// limit, driver-state TTL, miss memory, ping budget, offline brake, Redis timeout, and the position
+// push interval when push is on).
 func NewStore(rdb redis.UniversalClient, cfg *config.Config) *redisstore.Store {
 	s := redisstore.New(rdb, cfg.RedisPrefix, cfg.HeartbeatTTL, cfg.MaxSpeedMPS)
 	s.DriverStateTTL, s.MissMemory, s.BatchWindow = cfg.DriverStateTTL, cfg.MissMemory, cfg.BatchWindow
 	s.PingsPerMin = cfg.RatePingsPerMin
 	s.OfflineBrakeShare, s.OfflineBrakeMinDrivers = cfg.OfflineBrakeShare, cfg.OfflineBrakeMinDrivers
+	s.Timeout = cfg.RedisTimeout
 	if cfg.PushEndpoint != "" {
 		s.PositionPushInterval = cfg.PushPositionInterval
 	}

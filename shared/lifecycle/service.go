@@ -75,10 +75,14 @@ type Service struct {
 	d Deps
 	// Source is the CloudEvent source of the events it emits (the calling function).
 	Source string
+	// effects follows the effects left to reconcile because Redis did not answer.
+	effects *redisstore.Degradation
 }
 
 // New returns a Service over d emitting events with source.
-func New(d Deps, source string) *Service { return &Service{d: d, Source: source} }
+func New(d Deps, source string) *Service {
+	return &Service{d: d, Source: source, effects: redisstore.NewDegradation("effects", d.Log)}
+}
 
 // change runs fn in a transaction after recording ev (when non-nil) and, once committed, applies
 // the effects fn collected. It reports false without running fn when ev was already processed.
@@ -102,14 +106,25 @@ func (s *Service) change(ctx context.Context, ev *EventRef, fn func(tx pgx.Tx, f
 	return first, nil
 }
 
-// apply makes Redis follow a committed change. A failure is logged, not returned: PostgreSQL
-// already holds the truth, and reconcile re-derives what Redis missed (the versions make a late
-// repair safe).
+// apply makes Redis follow a committed change, within the store's Redis timeout
+// (redisstore.Store.Bounded), so a Redis that does not answer delays the answer of a committed
+// change by at most that long. A failure is logged, not returned: PostgreSQL already holds the
+// truth, and reconcile re-derives what Redis missed (the versions make a late repair safe); one
+// because Redis did not answer is counted (flagdown_redis_degraded_total{check="effects"}) and
+// logged once per outage.
 func (s *Service) apply(ctx context.Context, fx dispatch.Effects) {
 	if fx.Empty() {
 		return
 	}
-	if _, err := s.d.Redis.Apply(ctx, fx); err != nil {
+	ctx, cancel := s.d.Redis.Bounded(ctx)
+	defer cancel()
+	_, err := s.d.Redis.Apply(ctx, fx)
+	switch {
+	case err == nil:
+		s.effects.Recovered()
+	case dispatch.ErrorCode(err) == dispatch.CodeUnavailable:
+		s.effects.Degraded(err, "effects left to reconcile (RepairAssignments, rides_retried)")
+	default:
 		s.d.Log.Error("redis effects not applied; reconcile will repair them", "source", s.Source, "err", err)
 	}
 }

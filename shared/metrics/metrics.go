@@ -157,6 +157,23 @@ var (
 		Name: "flagdown_events_refused_total",
 		Help: "Events refused by their signature or age before any effect, by function and reason.",
 	}, []string{"function", "reason"})
+
+	// RedisDegraded counts decisions taken without Redis because it did not answer within
+	// FLAGDOWN_REDIS_TIMEOUT, by check: rate_limit (a budget enforced by the process's own limiter),
+	// pricing (a ride priced at the base fare, multiplier 1.0, no quoted wait), ride_view (a ride
+	// shown without its driver's live position or wait estimate), effects (a committed change's
+	// Redis effects left to reconcile).
+	RedisDegraded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flagdown_redis_degraded_total",
+		Help: "Decisions taken without Redis (it did not answer in time), by check (rate_limit, pricing, ride_view, effects).",
+	}, []string{"check"})
+	// RedisGenerations counts new Redis generations the expiry source's health mark saw: Redis
+	// restarted without its data, was flushed, or a failover promoted a replica without the mark
+	// (the first mark of a deployment counts too).
+	RedisGenerations = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flagdown_redis_generations_total",
+		Help: "New Redis generations seen (restart without data, flush, failover to a node without the health mark).",
+	})
 )
 
 // Families are the names of every flagdown family this package defines, in the order of the
@@ -182,6 +199,8 @@ var Families = []string{
 	"flagdown_surge_multiplier",
 	"flagdown_push_messages_total",
 	"flagdown_events_refused_total",
+	"flagdown_redis_degraded_total",
+	"flagdown_redis_generations_total",
 	"flagdown_available_drivers",
 	"flagdown_open_rides",
 }
@@ -193,12 +212,17 @@ func Collectors() []prometheus.Collector {
 		HTTPRequests, HTTPDuration, MatchOutcomes, MatchDuration, MatchModeDecisions, OfferResponses, TimerLateness,
 		OutboxPublished, TriggerDeliveries, TriggerRetries, TriggerDeadLetters, ReconcileRepairs,
 		RideTimeouts, OfflineBrakeEngaged, Pings, HailPresses, SurgeMultiplier, PushMessages, EventsRefused,
+		RedisDegraded, RedisGenerations,
 	}
 }
 
 func init() {
 	Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	Registry.MustRegister(Collectors()...)
+	// Every check's series exists from the start, at 0, so an outage shows as a rise.
+	for _, check := range []string{"rate_limit", "pricing", "ride_view", "effects"} {
+		RedisDegraded.WithLabelValues(check)
+	}
 }
 
 // Handler serves Registry and the extra gatherers (e.g. a platform's FleetCollector registry) in

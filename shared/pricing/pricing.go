@@ -243,6 +243,17 @@ func (s *Service) storeUpdate(ctx context.Context, cell string, up pendingUpdate
 	return cur, err
 }
 
+// BaseQuote quotes a ride of riderID from pickup to dropoff without Redis: the fare estimate at
+// multiplier 1.0, no computed multiplier and no wait. order-create charges it when Redis does not
+// answer (docs/resilience.md): never more than any quote the rider was shown, whose multiplier is
+// at least 1.0.
+func (s *Service) BaseQuote(riderID string, pickup, dropoff dispatch.Point) *Quote {
+	q := &Quote{RiderID: riderID, Pickup: pickup, Dropoff: dropoff, Mode: s.mode,
+		Cell: dispatch.Geohash(pickup, dispatch.SurgeCellPrecision), Multiplier: 1}
+	q.Fare = dispatch.SurgedFare(dispatch.EstimateFare(s.fareParams(), pickup, dropoff), 1)
+	return q
+}
+
 // Offer stores q under a new id for QuoteTTL and sets q.ID and q.ExpiresAt.
 func (s *Service) Offer(ctx context.Context, q *Quote) error {
 	q.ID = uuid.NewString()

@@ -5,19 +5,29 @@
 //
 // Keys: P rl:{kind}:{id} (redis_rate adds its own "rate:" prefix), each expiring once its budget is
 // whole again. A limit of 0 disables that kind.
+//
+// When Redis does not answer within the limiter's Timeout (FLAGDOWN_REDIS_TIMEOUT), the check
+// fails open within a local bound: the same budget is enforced by this process alone, in memory
+// (golang.org/x/time/rate, one token bucket per caller and kind, at most MaxLocal of them), so a
+// caller gets at most one budget per replica while Redis is away. Each such decision is counted in
+// flagdown_redis_degraded_total{check="rate_limit"} and the outage is logged once.
 package ratelimit
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/time/rate"
 
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
 // Kind names what is limited.
@@ -77,16 +87,33 @@ func FromConfig(cfg *config.Config) Limits {
 		ConnectsPerMin: cfg.RateConnectsPerMin, DevicesPerMin: cfg.RateDevicesPerMin, PerIPPerMin: cfg.RatePerIPPerMin}
 }
 
+// MaxLocal bounds the local budgets (one per caller and kind) a Limiter keeps while Redis does not
+// answer; when full they are all dropped and begin again whole.
+const MaxLocal = 10_000
+
 // Limiter checks budgets; one per process, safe for concurrent use.
 type Limiter struct {
 	rl     *redis_rate.Limiter
 	rdb    redis.UniversalClient
 	prefix string
 	limits map[Kind]redis_rate.Limit
+	// timeout bounds one check's wait on Redis (0: the client's own timeouts only).
+	timeout  time.Duration
+	degraded *redisstore.Degradation
+
+	mu    sync.Mutex
+	local map[string]*rate.Limiter
 }
 
-// New returns a Limiter over rdb with keys under prefix.
+// New returns a Limiter over rdb with keys under prefix, without a timeout of its own and logging
+// nothing (NewTimeout).
 func New(rdb redis.UniversalClient, prefix string, l Limits) *Limiter {
+	return NewTimeout(rdb, prefix, l, 0, nil)
+}
+
+// NewTimeout returns a Limiter over rdb with keys under prefix whose checks wait at most timeout
+// (FLAGDOWN_REDIS_TIMEOUT) for Redis before enforcing the budget locally, logging the outage to log.
+func NewTimeout(rdb redis.UniversalClient, prefix string, l Limits, timeout time.Duration, log *slog.Logger) *Limiter {
 	limits := map[Kind]redis_rate.Limit{}
 	for kind, n := range map[Kind]int{RideRequests: l.RidesPerMin, Pings: l.PingsPerMin, Estimates: l.EstimatesPerMin,
 		NearbyQueries: l.NearbyPerMin, Hails: l.HailsPerMin, Connects: l.ConnectsPerMin, Devices: l.DevicesPerMin} {
@@ -99,12 +126,14 @@ func New(rdb redis.UniversalClient, prefix string, l Limits) *Limiter {
 			limits[ipKind(kind)] = redis_rate.PerMinute(l.PerIPPerMin)
 		}
 	}
-	return &Limiter{rl: redis_rate.NewLimiter(rdb), rdb: rdb, prefix: prefix, limits: limits}
+	return &Limiter{rl: redis_rate.NewLimiter(rdb), rdb: rdb, prefix: prefix, limits: limits, timeout: timeout,
+		degraded: redisstore.NewDegradation("rate_limit", log), local: map[string]*rate.Limiter{}}
 }
 
 // Allow spends n units of id's budget of kind. It returns nil when allowed; a CodeRateLimited
 // error naming field (with details.retry_after_s, whole seconds, at least 1) when the budget is
-// spent, and nothing is spent then; CodeUnavailable when Redis cannot be reached.
+// spent, and nothing is spent then. When Redis does not answer (within the limiter's timeout) the
+// budget is enforced by this process alone (see the package doc).
 func (l *Limiter) Allow(ctx context.Context, kind Kind, id, field string, n int) error {
 	if l == nil {
 		return nil
@@ -113,14 +142,46 @@ func (l *Limiter) Allow(ctx context.Context, kind Kind, id, field string, n int)
 	if !ok {
 		return nil
 	}
+	if l.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	}
 	res, err := l.rl.AllowN(ctx, l.key(kind, id), lim, n)
 	if err != nil {
-		return dispatch.Unavailable("redis", err)
+		l.degraded.Degraded(err, "budgets enforced per process, in memory")
+		return l.allowLocal(kind, id, field, n, lim)
 	}
+	l.degraded.Recovered()
 	if res.Allowed >= n {
 		return nil
 	}
 	return refused(kind, lim.Burst, lim.Period, field, res.RetryAfter)
+}
+
+// allowLocal spends n units of id's budget of kind in this process's own token bucket (the same
+// burst, refilled at the same rate as lim), for a check Redis could not answer.
+func (l *Limiter) allowLocal(kind Kind, id, field string, n int, lim redis_rate.Limit) error {
+	key := l.key(kind, id)
+	l.mu.Lock()
+	b, ok := l.local[key]
+	if !ok {
+		if len(l.local) >= MaxLocal {
+			clear(l.local)
+		}
+		b = rate.NewLimiter(rate.Limit(float64(lim.Rate)/lim.Period.Seconds()), lim.Burst)
+		l.local[key] = b
+	}
+	r := b.ReserveN(time.Now(), n)
+	l.mu.Unlock()
+	if !r.OK() {
+		return refused(kind, lim.Burst, lim.Period, field, -1)
+	}
+	if wait := r.Delay(); wait > 0 {
+		r.Cancel() // refused: nothing is spent
+		return refused(kind, lim.Burst, lim.Period, field, wait)
+	}
+	return nil
 }
 
 // AllowCaller spends one unit of the caller's budget of kind (Allow, the error naming field) and,

@@ -53,7 +53,7 @@ func commandCounts(t *testing.T, rdb *redis.Client) map[string]int {
 // through ApplyPings, INFO commandstats. Each case lists every command the ping may run; any other
 // command, or one more call, fails. docs/performance.md ("The per-ping budget") says what each buys.
 func TestOnePingTouchesExactlyItsBudget(t *testing.T) {
-	rdb := testkit.PrivateRedis(t)
+	rdb := testkit.StartPrivateRedis(t).Client(t)
 	ctx := context.Background()
 	s := redisstore.New(rdb, "pb:{nyc}:", 30*time.Second, 55)
 	s.PingsPerMin = 600

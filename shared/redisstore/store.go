@@ -68,8 +68,10 @@ package redisstore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	neturl "net/url"
 	"strconv"
 	"strings"
@@ -111,15 +113,25 @@ type Store struct {
 	// a TTL ago or ahead) for which the brake may engage (FLAGDOWN_OFFLINE_BRAKE_MIN_DRIVERS). New
 	// sets 20.
 	OfflineBrakeMinDrivers int
+	// Timeout is the deadline Bounded gives the Redis work of a request whose decision PostgreSQL
+	// makes (FLAGDOWN_REDIS_TIMEOUT); New sets DefaultTimeout.
+	Timeout time.Duration
+}
+
+// Bounded returns ctx with a deadline Timeout from now (kept when ctx's own is sooner), for the
+// Redis work of a request that must answer even when Redis does not (docs/resilience.md): every
+// command under it fails, as CodeUnavailable, once the deadline has passed.
+func (s *Store) Bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.Timeout)
 }
 
 // New returns a Store over rdb with every key under prefix; DriverStateTTL (24 h), MissMemory
-// (30 min), BatchWindow (2 s) and the offline brake (0.55 of at least 20 drivers) get their
-// defaults, which the caller may change before first use.
+// (30 min), BatchWindow (2 s), the offline brake (0.55 of at least 20 drivers) and Timeout
+// (DefaultTimeout) get their defaults, which the caller may change before first use.
 func New(rdb redis.UniversalClient, prefix string, heartbeatTTL time.Duration, maxSpeedMPS float64) *Store {
 	return &Store{rdb: rdb, prefix: prefix, HeartbeatTTL: heartbeatTTL, MaxSpeedMPS: maxSpeedMPS, RidePosTTL: 2 * time.Hour,
 		DriverStateTTL: 24 * time.Hour, MissMemory: 30 * time.Minute, BatchWindow: 2 * time.Second,
-		OfflineBrakeShare: 0.55, OfflineBrakeMinDrivers: 20}
+		OfflineBrakeShare: 0.55, OfflineBrakeMinDrivers: 20, Timeout: DefaultTimeout}
 }
 
 // ClusterScheme and ClusterTLSScheme are the REDIS_URL schemes naming a Redis Cluster (see Open).
@@ -128,14 +140,43 @@ const (
 	ClusterTLSScheme = "rediss+cluster"
 )
 
-// Open parses REDIS_URL and returns a connected client: a *redis.Client for one server
-// (redis://[user:password@]host:port/db, rediss:// for TLS; go-redis ParseURL), or a
-// *redis.ClusterClient for a Redis Cluster
-// (redis+cluster://[user:password@]host:port?addr=host2:port2&addr=..., rediss+cluster:// for TLS;
-// go-redis ParseClusterURL: the seed nodes, from which the client learns every node; database 0
-// only, the one a cluster has). Each node gets a pool of 64 connections. A cluster needs a key
-// prefix with a hash tag (CheckPrefix).
+// SentinelScheme and SentinelTLSScheme are the REDIS_URL schemes naming a primary found through
+// Redis Sentinel (see Open).
+const (
+	SentinelScheme    = "redis+sentinel"
+	SentinelTLSScheme = "rediss+sentinel"
+)
+
+// DefaultTimeout is the Redis timeout of Open (FLAGDOWN_REDIS_TIMEOUT's default).
+const DefaultTimeout = 500 * time.Millisecond
+
+// poolSize is the number of connections each Redis node's pool holds at most.
+const poolSize = 64
+
+// Open is OpenTimeout with DefaultTimeout.
 func Open(ctx context.Context, url string) (redis.UniversalClient, error) {
+	return OpenTimeout(ctx, url, DefaultTimeout)
+}
+
+// OpenTimeout parses REDIS_URL and returns a connected client:
+//   - a *redis.Client for one server (redis://[user:password@]host:port/db, rediss:// for TLS;
+//     go-redis ParseURL);
+//   - a failover *redis.Client that finds the primary through Redis Sentinel and follows its
+//     failovers (redis+sentinel://[user:password@]host:port[,host:port...]/mastername[?db=N],
+//     rediss+sentinel:// for TLS to the data nodes): the addresses are the Sentinels', the
+//     credentials the data nodes' (the Sentinels are asked without AUTH), db defaults to 0;
+//   - a *redis.ClusterClient for a Redis Cluster
+//     (redis+cluster://[user:password@]host:port?addr=host2:port2&addr=..., rediss+cluster:// for
+//     TLS; go-redis ParseClusterURL: the seed nodes, from which the client learns every node;
+//     database 0 only, the one a cluster has). A cluster needs a key prefix with a hash tag
+//     (CheckPrefix).
+//
+// Each node gets a pool of 64 connections. timeout (FLAGDOWN_REDIS_TIMEOUT) is the dial, read,
+// write and pool-wait timeout, context deadlines are honoured, and a failed command is retried
+// once, so a command on a Redis that does not answer (stopped, partitioned) fails within about
+// two timeouts and a hung Redis holds at most the pool's connections, never a growing pile of
+// goroutines.
+func OpenTimeout(ctx context.Context, url string, timeout time.Duration) (redis.UniversalClient, error) {
 	var rdb redis.UniversalClient
 	if rest, ok := cutScheme(url, ClusterScheme, ClusterTLSScheme); ok {
 		opt, err := redis.ParseClusterURL(rest)
@@ -145,14 +186,27 @@ func Open(ctx context.Context, url string) (redis.UniversalClient, error) {
 		if u, err := neturl.Parse(rest); err == nil && u.Path != "" && u.Path != "/" && u.Path != "/0" {
 			return nil, fmt.Errorf("redisstore: REDIS_URL names database %s of a Redis Cluster, which has only database 0", strings.TrimPrefix(u.Path, "/"))
 		}
-		opt.PoolSize = 64
+		opt.PoolSize, opt.MaxRetries = poolSize, 1
+		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = timeout, timeout, timeout, timeout
+		opt.ContextTimeoutEnabled = true
 		rdb = redis.NewClusterClient(opt)
+	} else if rest, ok := cutScheme(url, SentinelScheme, SentinelTLSScheme); ok {
+		opt, err := ParseSentinelURL(rest)
+		if err != nil {
+			return nil, err
+		}
+		opt.PoolSize, opt.MaxRetries = poolSize, 1
+		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = timeout, timeout, timeout, timeout
+		opt.ContextTimeoutEnabled = true
+		rdb = redis.NewFailoverClient(opt)
 	} else {
 		opt, err := redis.ParseURL(url)
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: parse REDIS_URL: %w", err)
 		}
-		opt.PoolSize = 64
+		opt.PoolSize, opt.MaxRetries = poolSize, 1
+		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = timeout, timeout, timeout, timeout
+		opt.ContextTimeoutEnabled = true
 		rdb = redis.NewClient(opt)
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
@@ -160,6 +214,45 @@ func Open(ctx context.Context, url string) (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("redisstore: connect %s: %w", Addr(rdb), err)
 	}
 	return rdb, nil
+}
+
+// ParseSentinelURL parses the part after the scheme of a Sentinel REDIS_URL, given with scheme
+// redis:// (rediss:// for TLS to the data nodes) as cutScheme leaves it:
+// [user:password@]host:port[,host:port...]/mastername[?db=N]. Errors name the part that is wrong.
+func ParseSentinelURL(url string) (*redis.FailoverOptions, error) {
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: parse REDIS_URL (a Sentinel URL %s://host:port[,host:port]/mastername): %w", SentinelScheme, err)
+	}
+	opt := &redis.FailoverOptions{MasterName: strings.Trim(u.Path, "/")}
+	if opt.MasterName == "" || strings.Contains(opt.MasterName, "/") {
+		return nil, fmt.Errorf("redisstore: REDIS_URL %s://...: the path must be the master name the Sentinels monitor, e.g. /mymaster", SentinelScheme)
+	}
+	for _, a := range strings.Split(u.Host, ",") {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("redisstore: REDIS_URL %s://...: Sentinel address %q must be host:port", SentinelScheme, a)
+		}
+		opt.SentinelAddrs = append(opt.SentinelAddrs, a)
+	}
+	if u.User != nil {
+		opt.Username = u.User.Username()
+		opt.Password, _ = u.User.Password()
+	}
+	q := u.Query()
+	for k := range q {
+		if k != "db" {
+			return nil, fmt.Errorf("redisstore: REDIS_URL %s://...: unknown parameter %q (only db)", SentinelScheme, k)
+		}
+	}
+	if v := q.Get("db"); v != "" {
+		if opt.DB, err = strconv.Atoi(v); err != nil || opt.DB < 0 {
+			return nil, fmt.Errorf("redisstore: REDIS_URL %s://...: db must be a database number, got %q", SentinelScheme, v)
+		}
+	}
+	if u.Scheme == "rediss" {
+		opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return opt, nil
 }
 
 // cutScheme turns a URL of scheme cluster (or tls) into the same URL of scheme redis (rediss).
