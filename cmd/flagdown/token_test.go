@@ -34,9 +34,9 @@ func TestTokenCommand(t *testing.T) {
 	}
 	cmd = newTokenCmd()
 	cmd.SetOut(&out)
-	cmd.SetArgs([]string{"--role", "admin", "--sub", "d-7"})
+	cmd.SetArgs([]string{"--role", "root", "--sub", "d-7"})
 	if err := cmd.Execute(); err == nil {
-		t.Error("--role admin accepted")
+		t.Error("--role root accepted")
 	}
 }
 
