@@ -18,7 +18,8 @@ func (c *Config) Rules() dispatch.Rules {
 		RetryBase:   c.RetryBase, RetryMaxWait: c.RetryMaxWait, RetryMaxAttempts: c.RetryMaxAttempts,
 		RetryBudget: c.RetryBudget,
 		BatchWindow: c.BatchWindow,
-		Hail:        dispatch.HailRules{Window: c.HailWindow, RadiusM: c.HailRadiusM},
+		Hail: dispatch.HailRules{Window: c.HailWindow, RadiusM: c.HailRadiusM, PingMaxAge: c.HailPingMaxAge,
+			GPSSlackM: c.HailGPSSlackM, CodeMaxWrong: c.HailCodeMaxWrong, CodeLockout: c.HailCodeLockout},
 		Fare: dispatch.FareParams{BaseCents: c.FareBaseCents, PerKmCents: c.FarePerKmCents, PerMinCents: c.FarePerMinCents,
 			MinimumCents: c.FareMinimumCents, RoadFactor: c.RoadFactor, AvgSpeedMPS: c.AvgSpeedMPS},
 	}

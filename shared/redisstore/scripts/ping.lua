@@ -1,5 +1,5 @@
 -- ping.lua: applies one driver ping atomically (ApplyPings pipelines one call per ping). Needs
--- now.lua and available.lua before it.
+-- now.lua, available.lua and gps_jump.lua before it.
 --
 -- KEYS[1] driver_key     P driver:{id}, the driver hash
 -- KEYS[2] hb_key         P hb:{id}, the heartbeat (a timed key)
@@ -34,8 +34,9 @@
 -- source's sweeper finds the key alive and moves the entry to the key's own expire time
 -- (expiry/scripts/correct.lua, atomically), so a ping writes the index about once per TTL and the
 -- entry equals the key's deadline whenever the key is gone. A ping not newer than the last accepted one is stale: it still proves the driver alive (heartbeat
--- refreshed) but changes nothing else; a ping implying a speed above the maximum is a GPS jump: it
--- refreshes the heartbeat but not the position. Drivers on a ride keep the status flagdown gave
+-- refreshed) but changes nothing else; a ping implying a speed above the maximum is a GPS jump
+-- (gps_jump.lua, the rule street-hail presses are judged by too): it refreshes the heartbeat but
+-- not the position. Drivers on a ride keep the status flagdown gave
 -- them, and only the driver a ride's live position was handed to (field driver, see assign.lua)
 -- writes it. GEO set membership follows the available-set rule (available.lua). A driver whose hash
 -- holds a ride is (re-)added to the on-ride set, so reconcile finds every such driver even if the
@@ -79,15 +80,8 @@ end
 local lat, lng = tonumber(lat_arg), tonumber(lng_arg)
 local applied, rejected = 1, ''
 local plat, plng = tonumber(cur[2]), tonumber(cur[3])
-if plat and plng and last_ts then
-  local r = math.pi / 180
-  local dlat, dlng = (lat - plat) * r, (lng - plng) * r
-  local a = math.sin(dlat/2)^2 + math.cos(plat*r) * math.cos(lat*r) * math.sin(dlng/2)^2
-  local d = 2 * 6372797.560856 * math.asin(math.min(1, math.sqrt(a)))
-  local dt = (ts - last_ts) / 1000
-  if d > max_speed_mps * dt + noise_m then
-    applied, rejected = 0, 'gps_jump'
-  end
+if plat and plng and last_ts and gps_jump(plat, plng, last_ts, lat, lng, ts, max_speed_mps, noise_m) then
+  applied, rejected = 0, 'gps_jump'
 end
 local prev = status
 if ride == '' and asked_status ~= '' then status = asked_status end
