@@ -24,8 +24,10 @@ func newTokenCmd() *cobra.Command {
 		Long: `Prints a JWT for Authorization: Bearer <token>, signed HS256 with FLAGDOWN_JWT_SECRET (or its
 secret file) and carrying sub, role, iss FLAGDOWN_JWT_ISSUER, aud FLAGDOWN_JWT_AUDIENCE, iat and
 exp = now + --ttl. Roles: driver (pings as himself, answers his offers and rides), rider (orders,
-reads and cancels his rides, coarse nearby), ops (reads any ride, exact nearby, ping batches for
-many drivers). A deployment behind an identity provider (FLAGDOWN_JWKS_URL) gets its tokens there.`,
+reads and cancels his rides, coarse nearby), ops (views: reads any ride, exact nearby, the
+operations map), service (the gateway aggregator: ping batches for many drivers), admin (runs
+reconcile on demand). A deployment behind an identity provider (FLAGDOWN_JWKS_URL) gets its tokens
+there.`,
 		Example: `  FLAGDOWN_JWT_SECRET=... flagdown token --role driver --sub d-7 --ttl 1h`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -38,7 +40,7 @@ many drivers). A deployment behind an identity provider (FLAGDOWN_JWKS_URL) gets
 			}
 			r := auth.Role(role)
 			if !r.Valid() {
-				return fmt.Errorf("--role must be driver, rider or ops, not %q", role)
+				return fmt.Errorf("--role must be driver, rider, ops, service or admin, not %q", role)
 			}
 			if err := dispatch.ValidateID("--sub", sub); err != nil {
 				return err
@@ -54,8 +56,8 @@ many drivers). A deployment behind an identity provider (FLAGDOWN_JWKS_URL) gets
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&role, "role", "", "driver, rider or ops (required)")
-	cmd.Flags().StringVar(&sub, "sub", "", "the driver's or rider's id (required)")
+	cmd.Flags().StringVar(&role, "role", "", "driver, rider, ops, service or admin (required)")
+	cmd.Flags().StringVar(&sub, "sub", "", "the driver's or rider's id, or the operator's or service's (required)")
 	cmd.Flags().DurationVar(&ttl, "ttl", time.Hour, "lifetime of the token")
 	_ = cmd.MarkFlagRequired("role")
 	_ = cmd.MarkFlagRequired("sub")

@@ -6,7 +6,7 @@
 // POST /function/hail with a rider or driver token (auth.Require); the token's role is the side and
 // its sub the presser (nobody hails as someone else: a rider_id or driver_id sent must be his, else
 // 403). Body: {"lat", "lng", "code"?, "dropoff": {"lat", "lng"}} where lat/lng is where the phone
-// is (WGS84 degrees, inside FLAGDOWN_SERVICE_AREA), code an optional short code of 1 to 8 letters or
+// is (WGS84 degrees, inside FLAGDOWN_SERVICE_AREA), code an optional short code of 4 to 8 letters or
 // digits (case-insensitive), and dropoff the rider's destination: required of a rider (the fare is
 // estimated from it), refused from a driver. The rules are in shared/dispatch/hail.go, the state
 // change in lifecycle.Service.Hail. Answers:
@@ -18,10 +18,15 @@
 //     driver_busy names the ride in details.ride_id).
 //   - 201 {"hail": "paired", "ride_id", "status": "ACCEPTED", "rider_id", "driver_id", "pickup",
 //     "dropoff", "fare_estimate_cents", "est_distance_m", "est_duration_s", "distance_m"}.
-//   - 409 hail_ambiguous (details.candidates: two or more counterparts, none chosen),
-//     hail_driver_unavailable (details.driver_state), rider_has_open_ride, driver_busy.
+//   - 409 hail_ambiguous (two or more counterparts, none chosen; how many is not said),
+//     hail_driver_unavailable (details.driver_state), rider_has_open_ride, driver_busy;
+//     hail_last_ping_stale, hail_far_from_last_ping, hail_gps_jump when the press is not where the
+//     presser's last fix puts him (a driver's last accepted ping, a rider's previous press; the
+//     rules in shared/dispatch/hail.go).
 //   - 400 naming the field; 429 past the caller's budget: a rider's press spends one ride request
-//     (FLAGDOWN_RATE_RIDES_PER_MIN), a driver's one ping (FLAGDOWN_RATE_PINGS_PER_MIN).
+//     (FLAGDOWN_RATE_RIDES_PER_MIN), a driver's one ping (FLAGDOWN_RATE_PINGS_PER_MIN), either one
+//     hail press (FLAGDOWN_RATE_HAILS_PER_MIN); 429 hail_code_tries (field code) after
+//     FLAGDOWN_HAIL_CODE_MAX_WRONG wrong short codes within FLAGDOWN_HAIL_CODE_LOCKOUT.
 package function
 
 import (
@@ -226,7 +231,7 @@ func observe(side dispatch.HailSide, res lifecycle.HailResult, err error) {
 		result = "waiting"
 	case err == nil:
 		result = "paired"
-	case errors.As(err, &de) && de.Code == dispatch.CodeConflict && de.Reason != "":
+	case errors.As(err, &de) && de.Reason != "":
 		result = de.Reason
 	}
 	metrics.HailPresses.WithLabelValues(string(side), result).Inc()

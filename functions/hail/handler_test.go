@@ -148,9 +148,9 @@ func TestDriverWaitsThenRiderPairs(t *testing.T) {
 	t.Parallel()
 	env := fntest.NewEnv(t, nil)
 	env.Ping(t, "d-1", corner)
-	status, body := driverHail(t, env, "d-1", corner, "k7")
+	status, body := driverHail(t, env, "d-1", corner, "k7k7")
 	wantStatus(t, "driver hail", status, body, http.StatusAccepted)
-	status, body = riderHail(t, env, "r-1", fntest.Offset(corner, -200, 100), "K7")
+	status, body = riderHail(t, env, "r-1", fntest.Offset(corner, -200, 100), "K7K7")
 	wantStatus(t, "rider hail", status, body, http.StatusCreated)
 	id := checkPaired(t, env, body, "r-1", "d-1")
 	// The pickup is the rider's press, the fare is estimated to his dropoff.
@@ -242,9 +242,7 @@ func TestAmbiguousHailIsRefused(t *testing.T) {
 		wantStatus(t, "hail of "+r, status, body, http.StatusAccepted)
 	}
 	status, body := driverHail(t, env, "d-1", corner, "")
-	if e := wantConflict(t, "driver hail", status, body, dispatch.ReasonHailAmbiguous); e.Details["candidates"] != float64(2) {
-		t.Errorf("details = %v, want candidates 2", e.Details)
-	}
+	wantConflict(t, "driver hail", status, body, dispatch.ReasonHailAmbiguous)
 	if got := env.Count(t, `SELECT count(*) FROM rides`); got != 0 {
 		t.Errorf("rides = %d, want 0", got)
 	}
@@ -255,9 +253,9 @@ func TestAmbiguousHailIsRefused(t *testing.T) {
 		t.Errorf("a refused driver left the available set")
 	}
 	// With a code on both phones the right pair is found.
-	status, body = riderHail(t, env, "r-2", fntest.Offset(corner, 20, 0), "Q9")
+	status, body = riderHail(t, env, "r-2", fntest.Offset(corner, 20, 0), "Q9Q9")
 	wantStatus(t, "r-2 again with a code", status, body, http.StatusAccepted)
-	status, body = driverHail(t, env, "d-1", corner, "q9")
+	status, body = driverHail(t, env, "d-1", corner, "q9q9")
 	wantStatus(t, "driver with the code", status, body, http.StatusCreated)
 	checkPaired(t, env, body, "r-2", "d-1")
 	if !waiting(t, env, dispatch.HailRider, "r-1") {
@@ -447,6 +445,7 @@ func TestBadInput(t *testing.T) {
 		{"RiderWithoutDropoff", rider, fntest.JSON{"lat": corner.Lat, "lng": corner.Lng}, 400, "dropoff"},
 		{"DropoffWithoutLng", rider, fntest.JSON{"lat": corner.Lat, "lng": corner.Lng, "dropoff": fntest.JSON{"lat": 40.7}}, 400, "dropoff.lng"},
 		{"DriverWithDropoff", driver, fntest.JSON{"lat": corner.Lat, "lng": corner.Lng, "dropoff": dropoff}, 400, "dropoff"},
+		{"CodeTooShort", driver, fntest.JSON{"lat": corner.Lat, "lng": corner.Lng, "code": "123"}, 400, "code"},
 		{"CodeTooLong", driver, fntest.JSON{"lat": corner.Lat, "lng": corner.Lng, "code": "123456789"}, 400, "code"},
 		{"CodeNotAlphanumeric", driver, fntest.JSON{"lat": corner.Lat, "lng": corner.Lng, "code": "12-3"}, 400, "code"},
 		{"UnknownField", driver, fntest.JSON{"lat": corner.Lat, "lng": corner.Lng, "radius": 5}, 400, "radius"},

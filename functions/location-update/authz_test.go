@@ -9,7 +9,7 @@ import (
 )
 
 // TestPingAccess: a driver pings only as himself (driver_id left out or his own), a batch only of
-// his own pings; ops may send a batch for many drivers; riders and callers without a token may not
+// his own pings; the gateway aggregator (service) may send a batch for many drivers; riders and callers without a token may not
 // ping. A refused ping writes nothing.
 func TestPingAccess(t *testing.T) {
 	t.Parallel()
@@ -28,8 +28,8 @@ func TestPingAccess(t *testing.T) {
 	if status, body := fntest.Do(t, env.Location, http.MethodPost, "/", fntest.JSON{"pings": []fntest.JSON{ping("d-1"), ping("")}}, d1); status != http.StatusOK {
 		t.Fatalf("d-1 sends a batch of his own pings: %d %v", status, body)
 	}
-	if status, body := fntest.Do(t, env.Location, http.MethodPost, "/", fntest.JSON{"pings": []fntest.JSON{ping("d-2"), ping("d-3")}}, env.Ops()); status != http.StatusOK {
-		t.Fatalf("ops batch for d-2, d-3: %d %v", status, body)
+	if status, body := fntest.Do(t, env.Location, http.MethodPost, "/", fntest.JSON{"pings": []fntest.JSON{ping("d-2"), ping("d-3")}}, env.Service()); status != http.StatusOK {
+		t.Fatalf("service batch for d-2, d-3: %d %v", status, body)
 	}
 	deny := []struct {
 		name   string

@@ -9,9 +9,10 @@
 // background (push.Pusher.PositionsAsync); the answer never waits for it.
 //
 // Callers (auth.Require): a driver pings only as himself (every ping's driver_id is his token's sub
-// or left out), so an answer only ever carries his own offer; an ops token (a gateway aggregator,
-// the replay) may send batches for many drivers, each ping naming its driver_id, and gets each
-// driver's offer in that driver's result.
+// or left out), so an answer only ever carries his own offer; a service token (the gateway
+// aggregator, the replay) may send batches for many drivers, each ping naming its driver_id, and
+// gets each driver's offer in that driver's result. No other role pings: an operator (ops) views,
+// he cannot take a driver offline or invent one.
 package function
 
 import (
@@ -40,10 +41,10 @@ type Function struct {
 	h   http.Handler
 }
 
-// New returns the function over d; it requires a driver or ops token.
+// New returns the function over d; it requires a driver or service token.
 func New(d *app.Deps) *Function {
 	f := &Function{d: d, now: d.Config.Now}
-	f.h = auth.Require(d.Auth, d.Log, http.HandlerFunc(f.serve), auth.RoleDriver, auth.RoleOps)
+	f.h = auth.Require(d.Auth, d.Log, http.HandlerFunc(f.serve), auth.RoleDriver, auth.RoleService)
 	return f
 }
 
@@ -55,7 +56,7 @@ func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }
 // PingRequest is one ping as sent by a driver's app.
 type PingRequest struct {
 	// DriverID identifies the driver (dispatch.ValidateID). A driver may leave it out (it is his
-	// token's sub) and may only name himself; an ops caller must name the driver of every ping.
+	// token's sub) and may only name himself; a service caller must name the driver of every ping.
 	DriverID string `json:"driver_id"`
 	// Lat is the latitude in WGS84 degrees, |lat| <= 85.05112878.
 	Lat *float64 `json:"lat"`
@@ -197,7 +198,7 @@ func strictUnmarshal(raw json.RawMessage, v any) error {
 }
 
 // validate checks the pings and whose they are: a driver's pings are all his own (driver_id empty
-// or his sub, else 403), an operator's name their drivers.
+// or his sub, else 403), a service's name their drivers.
 func (f *Function) validate(reqs []PingRequest, single bool, id auth.Identity) ([]redisstore.Ping, error) {
 	now := f.now()
 	out := make([]redisstore.Ping, len(reqs))

@@ -81,7 +81,7 @@ func TestLocationUpdateRejectsBadInputAndWritesNothing(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := env.Snapshot(t)
-			status, body := fntest.Do(t, env.Location, http.MethodPost, "/", tc.body, env.Ops())
+			status, body := fntest.Do(t, env.Location, http.MethodPost, "/", tc.body, env.Service())
 			if got, want := status, tc.wantStatus; got != want {
 				t.Fatalf("status = %d, want %d (%v)", got, want, body)
 			}
@@ -196,7 +196,7 @@ func TestPingRules(t *testing.T) {
 			p("b-2", t0, "paused"),
 			p("b-1", t0.Add(-time.Second), "available"),
 			p("b-3", t0, "offline"),
-		}}, env.Ops())
+		}}, env.Service())
 		if status != http.StatusOK {
 			t.Fatalf("status %d: %v", status, body)
 		}

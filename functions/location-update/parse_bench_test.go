@@ -38,11 +38,11 @@ func benchBatch(n int) json.RawMessage {
 	return json.RawMessage(`{"pings":[` + strings.Join(pings, ",") + `]}`)
 }
 
-// BenchmarkParseValidatePings decodes and validates a call of 1 or 500 pings (ops token): the
+// BenchmarkParseValidatePings decodes and validates a call of 1 or 500 pings (service token): the
 // per-ping CPU of the handler before Redis. ns/op is per call.
 func BenchmarkParseValidatePings(b *testing.B) {
 	f := benchFunction(b)
-	id := auth.Identity{Subject: "ops", Role: auth.RoleOps}
+	id := auth.Identity{Subject: "aggregator", Role: auth.RoleService}
 	for _, n := range []int{1, 500} {
 		raw := benchBatch(n)
 		b.Run(fmt.Sprintf("pings=%d", n), func(b *testing.B) {

@@ -14,7 +14,7 @@ import (
 )
 
 // A driver past his ping budget: a single ping answers 429 with Retry-After and changes nothing; in
-// an ops batch only his pings are refused (rejected rate_limited), the other drivers' are applied.
+// a service batch only his pings are refused (rejected rate_limited), the other drivers' are applied.
 func TestPingsPastTheDriversBudget(t *testing.T) {
 	t.Parallel()
 	env := fntest.NewEnv(t, func(c *config.Config) { c.RatePingsPerMin = 3 })
@@ -49,9 +49,9 @@ func TestPingsPastTheDriversBudget(t *testing.T) {
 	q := fntest.Offset(midtown, 200, 0)
 	status, body := fntest.Do(t, env.Location, http.MethodPost, "/", fntest.JSON{"pings": []fntest.JSON{
 		ping(4), {"driver_id": "d-2", "lat": q.Lat, "lng": q.Lng, "status": "available"},
-	}}, env.Ops())
+	}}, env.Service())
 	if status != http.StatusOK {
-		t.Fatalf("ops batch: %d %v, want 200", status, body)
+		t.Fatalf("service batch: %d %v, want 200", status, body)
 	}
 	results, _ := body["results"].([]any)
 	if len(results) != 2 {

@@ -35,8 +35,8 @@
 //
 // Any method is accepted; the body is ignored. Every call must carry the internal credential,
 // Authorization: Bearer <FLAGDOWN_INTERNAL_TOKEN> (shared/internalauth), sent by the cron trigger
-// (flagdown dev's ticker, the flagdown-reconcile-cron CronJob of deploy/), or an operator's client
-// token of role ops (shared/auth) for a run on demand; without either the answer is 401 (403 for a
+// (flagdown dev's ticker, the flagdown-reconcile-cron CronJob of deploy/), or an administrator's
+// client token of role admin (shared/auth) for a run on demand (an operator, role ops, views only); without either the answer is 401 (403 for a
 // client token of another role) and nothing runs. The answer is the JSON of Report.
 package function
 
@@ -110,14 +110,14 @@ func (r Report) Total() int {
 
 // ServeHTTP checks the caller, then runs one reconcile pass and answers its Report. Callers: the
 // cron trigger with the internal credential (Authorization: Bearer <FLAGDOWN_INTERNAL_TOKEN>), or
-// an operator on demand with a client token of role ops. Anything else answers 401 unauthenticated
+// an administrator on demand with a client token of role admin. Anything else answers 401 unauthenticated
 // (403 permission_denied for a valid client token of another role; 503 when neither credential is
 // configured).
 func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := f.d.InternalTokens().VerifyRequest(r); err != nil {
-		if opsErr := f.operator(r); opsErr != nil {
-			if dispatch.ErrorCode(opsErr) == dispatch.CodePermissionDenied {
-				err = opsErr
+		if adminErr := f.operator(r); adminErr != nil {
+			if dispatch.ErrorCode(adminErr) == dispatch.CodePermissionDenied {
+				err = adminErr
 			}
 			httpx.WriteError(w, r, f.d.Log, err)
 			return
@@ -131,7 +131,7 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteJSON(w, http.StatusOK, rep)
 }
 
-// operator reports whether r carries a valid client token of role ops: nil when it does,
+// operator reports whether r carries a valid client token of role admin: nil when it does,
 // permission_denied for a valid token of another role, another error otherwise.
 func (f *Function) operator(r *http.Request) error {
 	if f.d.Auth == nil {
@@ -145,8 +145,8 @@ func (f *Function) operator(r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if id.Role != auth.RoleOps {
-		return dispatch.PermissionDenied("role", "must be ops to run reconcile on demand")
+	if id.Role != auth.RoleAdmin {
+		return dispatch.PermissionDenied("role", "must be admin to run reconcile on demand")
 	}
 	return nil
 }

@@ -48,9 +48,9 @@ func TestReconcileNeedsTheInternalCredential(t *testing.T) {
 	}
 }
 
-// An operator (role ops) may run reconcile on demand with his client token; a driver or rider token
-// is refused with 403, and nothing runs.
-func TestReconcileOnDemandByAnOperator(t *testing.T) {
+// An administrator (role admin) may run reconcile on demand with his client token; a driver or rider
+// token is refused with 403, and nothing runs.
+func TestReconcileOnDemandByAnAdmin(t *testing.T) {
 	t.Parallel()
 	env := fntest.NewTimeoutEnv(t, nil)
 	before := env.Snapshot(t)
@@ -63,7 +63,7 @@ func TestReconcileOnDemandByAnOperator(t *testing.T) {
 	if diff := before.Diff(env.Snapshot(t)); diff != "" {
 		t.Fatalf("refused reconcile calls changed state: %s", diff)
 	}
-	if status, body := fntest.Do(t, env.Reconcile, http.MethodGet, "/", nil, env.Ops()); status != http.StatusOK {
-		t.Errorf("ops token: %d %v, want 200", status, body)
+	if status, body := fntest.Do(t, env.Reconcile, http.MethodGet, "/", nil, env.As(auth.RoleAdmin, "admin-1")); status != http.StatusOK {
+		t.Errorf("admin token: %d %v, want 200", status, body)
 	}
 }

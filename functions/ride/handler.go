@@ -2,7 +2,8 @@
 // it through its lifecycle.
 //
 //	GET  /function/ride/{id}                      the ride, its driver and his live position, the fare
-//	POST /function/ride/{id}/decline  {driver_id} the offered driver declines; matching runs again without him
+//	POST /function/ride/{id}/decline  {driver_id} the offered driver declines; matching runs again without him;
+//	                                              the answer is only {ride_id, status: DECLINED}
 //	POST /function/ride/{id}/start    {driver_id} ACCEPTED → IN_PROGRESS
 //	POST /function/ride/{id}/complete {driver_id} IN_PROGRESS → COMPLETED; the driver is available at the dropoff
 //	POST /function/ride/{id}/cancel   {by, rider_id | driver_id, reason}
@@ -117,6 +118,13 @@ type View struct {
 	StartedAt      *time.Time               `json:"started_at"`
 	CompletedAt    *time.Time               `json:"completed_at"`
 	CancelledAt    *time.Time               `json:"cancelled_at"`
+}
+
+// Declined is the answer to a decline: the ride id and the driver's offer's new status, nothing of
+// the ride itself (its rider, pickup, dropoff or fare), since the driver will not drive it.
+type Declined struct {
+	RideID string               `json:"ride_id"`
+	Status dispatch.OfferStatus `json:"status"`
 }
 
 // ServeHTTP routes GET /{id} and POST /{id}/{action}, behind auth.Require.
@@ -245,6 +253,11 @@ func (f *Function) act(w http.ResponseWriter, r *http.Request, id string, action
 			return dispatch.NotFound("ride", id)
 		}
 		return err
+	}
+	if action == dispatch.ActionDecline {
+		// He will not drive it: he learns nothing more of the ride than his offer told him.
+		httpx.WriteJSON(w, http.StatusOK, Declined{RideID: id, Status: dispatch.OfferDeclined})
+		return nil
 	}
 	// The actor was allowed to act (lifecycle checked him), so he sees the result even when it no
 	// longer names him (a driver's cancel re-opens the ride without him).

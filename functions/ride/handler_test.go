@@ -196,8 +196,11 @@ func TestRideLifecycle(t *testing.T) {
 			t.Fatalf("offered %q, want the nearest %q", got, want)
 		}
 		view := act(t, env, rideID, "decline", fntest.JSON{"driver_id": driver})
-		if got, want := view["status"], "REQUESTED"; got != want {
-			t.Errorf("status = %v, want %v", got, want)
+		if got, want := view["status"], "DECLINED"; got != want {
+			t.Errorf("offer status = %v, want %v", got, want)
+		}
+		if got, want := env.GetRide(t, rideID)["status"], "REQUESTED"; got != want {
+			t.Errorf("ride status = %v, want %v", got, want)
 		}
 		if got, want := lastOutbox(t, env, rideID), events.RideOfferDeclined; got != want {
 			t.Errorf("last outbox type = %q, want %q", got, want)

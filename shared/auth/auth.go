@@ -32,22 +32,34 @@ import (
 // Role is what a verified caller may do; it comes from the token's role claim.
 type Role string
 
-// The roles flagdown knows. A token with any other role is refused (403 permission_denied).
+// The roles flagdown knows, one per duty (the table in docs/security.md says what each may call).
+// A token with any other role is refused (403 permission_denied).
 const (
 	// RoleDriver pings as himself and answers the offers and rides assigned to him.
 	RoleDriver Role = "driver"
 	// RoleRider requests, reads and cancels his own rides and sees coarse nearby positions.
 	RoleRider Role = "rider"
-	// RoleOps reads any ride, sees exact nearby positions and may send ping batches for many
-	// drivers (a gateway aggregator).
+	// RoleOps views: reads any ride, sees exact nearby positions and opens the operations map. It
+	// may not ping (as any driver) nor run reconcile.
 	RoleOps Role = "ops"
+	// RoleService is the gateway aggregator: it sends location-update batches for many drivers,
+	// each ping naming its driver, and nothing else.
+	RoleService Role = "service"
+	// RoleAdmin runs reconcile on demand, and nothing else (the cron has the internal token).
+	RoleAdmin Role = "admin"
 )
 
-// Valid reports whether r is one of RoleDriver, RoleRider, RoleOps.
-func (r Role) Valid() bool { return r == RoleDriver || r == RoleRider || r == RoleOps }
+// Valid reports whether r is one of RoleDriver, RoleRider, RoleOps, RoleService, RoleAdmin.
+func (r Role) Valid() bool {
+	switch r {
+	case RoleDriver, RoleRider, RoleOps, RoleService, RoleAdmin:
+		return true
+	}
+	return false
+}
 
 // Identity is a verified caller: the token's sub (a driver or rider id passing dispatch.ValidateID;
-// for ops an operator id) and its role.
+// for ops, service and admin the id of the operator or service) and its role.
 type Identity struct {
 	Subject string
 	Role    Role
@@ -221,7 +233,7 @@ func (v *Verifier) Verify(token string) (Identity, error) {
 	}
 	role := Role(c.Role)
 	if !role.Valid() {
-		return Identity{}, dispatch.PermissionDenied("role", "the token's role claim must be driver, rider or ops")
+		return Identity{}, dispatch.PermissionDenied("role", "the token's role claim must be driver, rider, ops, service or admin")
 	}
 	return Identity{Subject: c.Subject, Role: role}, nil
 }

@@ -172,6 +172,20 @@ type Config struct {
 	// HailRadiusM is the largest distance between a rider's and a driver's street-hail presses that
 	// pair, metres.
 	HailRadiusM float64 `env:"FLAGDOWN_HAIL_RADIUS_M" envDefault:"300"`
+	// HailPingMaxAge is how old a driver's last accepted ping may be when he presses hail, by its
+	// fix time against Redis's clock: 15 s, the interval of a client that pings while stationary,
+	// plus 10 s of slack for a ping lost or late. An older one is refused (hail_last_ping_stale).
+	HailPingMaxAge time.Duration `env:"FLAGDOWN_HAIL_PING_MAX_AGE" envDefault:"25s"`
+	// HailGPSSlackM is the GPS error allowed on top of FLAGDOWN_HAIL_RADIUS_M, metres: a driver's
+	// press, and the rider he pairs with, must lie within radius + slack of his last accepted ping.
+	HailGPSSlackM float64 `env:"FLAGDOWN_HAIL_GPS_SLACK_M" envDefault:"50"`
+	// HailCodeMaxWrong is how many wrong short codes (a code that none of the coded counterparts
+	// near the press carries) one rider or driver may type per FLAGDOWN_HAIL_CODE_LOCKOUT; the
+	// next press is refused until that window ends (429 hail_code_tries).
+	HailCodeMaxWrong int `env:"FLAGDOWN_HAIL_CODE_MAX_WRONG" envDefault:"3"`
+	// HailCodeLockout is the window wrong codes are counted in, from the first one, and so the
+	// longest a presser stays locked out.
+	HailCodeLockout time.Duration `env:"FLAGDOWN_HAIL_CODE_LOCKOUT" envDefault:"10m"`
 
 	// RetryBase is the first wait before a ride nobody could be offered is matched again; each
 	// further attempt doubles it (exponential backoff), capped at RetryMaxWait.
@@ -473,6 +487,15 @@ func (c *Config) Validate() error {
 	}
 	if !(c.HailRadiusM > 0 && c.HailRadiusM <= 2000) {
 		return fmt.Errorf("config: FLAGDOWN_HAIL_RADIUS_M (%v) must be more than 0 and at most 2000 metres", c.HailRadiusM)
+	}
+	if c.HailPingMaxAge < time.Second || c.HailPingMaxAge > 10*time.Minute {
+		return fmt.Errorf("config: FLAGDOWN_HAIL_PING_MAX_AGE (%s) must be between 1s and 10m", c.HailPingMaxAge)
+	}
+	if !(c.HailGPSSlackM >= 0 && c.HailGPSSlackM <= 500) {
+		return fmt.Errorf("config: FLAGDOWN_HAIL_GPS_SLACK_M (%v) must be between 0 and 500 metres", c.HailGPSSlackM)
+	}
+	if c.HailCodeMaxWrong < 1 || c.HailCodeLockout < time.Second {
+		return fmt.Errorf("config: FLAGDOWN_HAIL_CODE_MAX_WRONG must be >= 1 and FLAGDOWN_HAIL_CODE_LOCKOUT >= 1s")
 	}
 	if c.OfferWindow < time.Second || c.HeartbeatTTL < time.Second {
 		return fmt.Errorf("config: FLAGDOWN_OFFER_WINDOW and FLAGDOWN_HEARTBEAT_TTL must be at least 1s")

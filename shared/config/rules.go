@@ -20,7 +20,8 @@ func (c *Config) Rules() dispatch.Rules {
 		PickupDeadline: c.PickupDeadline, TripCeiling: c.TripCeiling,
 		BatchWindow: c.BatchWindow,
 		SimSpeedup:  c.SimSpeedup,
-		Hail:        dispatch.HailRules{Window: c.HailWindow, RadiusM: c.HailRadiusM},
+		Hail: dispatch.HailRules{Window: c.HailWindow, RadiusM: c.HailRadiusM, PingMaxAge: c.HailPingMaxAge,
+			GPSSlackM: c.HailGPSSlackM, CodeMaxWrong: c.HailCodeMaxWrong, CodeLockout: c.HailCodeLockout},
 		Fare: dispatch.FareParams{BaseCents: c.FareBaseCents, PerKmCents: c.FarePerKmCents, PerMinCents: c.FarePerMinCents,
 			MinimumCents: c.FareMinimumCents, RoadFactor: c.RoadFactor, AvgSpeedMPS: c.AvgSpeedMPS},
 	}

@@ -18,6 +18,21 @@ import (
 //   - and, for a driver's entry, whose driver is still online, available, without a ride, an offer
 //     or another pairing in progress.
 //
+// Presses are bound to where the phones are. A driver's press is checked against his last accepted
+// ping (the position location-update applied; HailRules.PingMaxAge, GPSSlackM): the ping must be at
+// most PingMaxAge old (ReasonHailLastPingStale), the press within RadiusM + GPSSlackM of it
+// (ReasonHailFarFromLastPing) and no GPS jump from it by the pings' own rule (ReasonHailGPSJump):
+// a driver last seen at JFK cannot press next to a rider in Brooklyn. A rider has no pings, so her
+// press pairs only with a driver whose last ping, fresh, lies within RadiusM + GPSSlackM of her; and
+// her presses are judged against her previous one (remembered HailRiderMemory) by the GPS-jump
+// rule, so one account cannot sweep the city for waiting drivers. Both sides spend the hail budget
+// (shared/ratelimit).
+//
+// Short codes resist guessing: at least MinHailCodeLen characters, and a presser who typed
+// CodeMaxWrong wrong codes (a code none of the coded counterparts near his press carries) within
+// CodeLockout is refused until that window ends (CodeRateLimited, ReasonHailCodeTries). An
+// ambiguous press is refused without saying how many counterparts it found.
+//
 // Exactly one such counterpart pairs: the ride is created ACCEPTED at once with that driver, the
 // rider's position as its pickup, without any offer. None: the press becomes a waiting entry
 // (answered with its expiry). Two or more: the press is refused as ambiguous (ReasonHailAmbiguous)
@@ -46,42 +61,76 @@ func (s HailSide) Other() HailSide {
 	return HailRider
 }
 
-// HailRules are the numbers of street-hail pairing (FLAGDOWN_HAIL_WINDOW, FLAGDOWN_HAIL_RADIUS_M).
+// HailRules are the numbers of street-hail pairing (FLAGDOWN_HAIL_WINDOW, FLAGDOWN_HAIL_RADIUS_M,
+// FLAGDOWN_HAIL_PING_MAX_AGE, FLAGDOWN_HAIL_GPS_SLACK_M, FLAGDOWN_HAIL_CODE_MAX_WRONG,
+// FLAGDOWN_HAIL_CODE_LOCKOUT).
 type HailRules struct {
 	// Window is how long a hail entry waits for its counterpart: two presses pair only when the
 	// second comes at most Window after the first (Redis's clock).
 	Window time.Duration
 	// RadiusM is the largest distance between the two presses' positions, metres.
 	RadiusM float64
+	// PingMaxAge is how old a driver's last accepted ping may be when he presses (its fix time
+	// against Redis's clock).
+	PingMaxAge time.Duration
+	// GPSSlackM is the GPS error allowed on top of RadiusM between a driver's last ping and his
+	// press, and between it and the rider he pairs with, metres.
+	GPSSlackM float64
+	// CodeMaxWrong is how many wrong short codes one presser may type within CodeLockout.
+	CodeMaxWrong int
+	// CodeLockout is the window wrong codes are counted in, from the first one.
+	CodeLockout time.Duration
 }
+
+// HailRiderMemory is how long a rider's last press is remembered to judge her next one by the
+// GPS-jump rule: at the default maximum speed (55 m/s) she may be 33 km away after it, across the
+// service area.
+const HailRiderMemory = 10 * time.Minute
 
 // HailHold is how long a driver being paired by a hail is held against offers (match cannot lock
 // him) while the ride is written to PostgreSQL; the pairing releases him at once when it ends, so
 // the hold only outlives it when the process dies in between.
 const HailHold = 10 * time.Second
 
-// MaxHailCodeLen is the longest short code, in characters (letters A–Z, digits 0–9).
-const MaxHailCodeLen = 8
+// MinHailCodeLen and MaxHailCodeLen are the shortest and longest short code, in characters (letters
+// A–Z, digits 0–9): 36^4 ≈ 1.7 million codes of the shortest length, against CodeMaxWrong guesses.
+const (
+	MinHailCodeLen = 4
+	MaxHailCodeLen = 8
+)
 
 // Conflict reasons of street-hail pairing (CodeConflict).
 const (
 	// ReasonHailAmbiguous: the press found two or more counterparts it could pair with; it was
-	// refused (details.candidates says how many). Pressing again with a short code on both phones
-	// picks the right one.
+	// refused (without saying how many: the count would tell a prober who waits where). Pressing
+	// again with a short code on both phones picks the right one.
 	ReasonHailAmbiguous = "hail_ambiguous"
+	// ReasonHailLastPingStale: the driver's last accepted ping is older than HailRules.PingMaxAge.
+	ReasonHailLastPingStale = "hail_last_ping_stale"
+	// ReasonHailFarFromLastPing: the driver's press lies farther than RadiusM + GPSSlackM from his
+	// last accepted ping.
+	ReasonHailFarFromLastPing = "hail_far_from_last_ping"
+	// ReasonHailGPSJump: the press is a GPS jump from the presser's last fix (a driver's last ping,
+	// a rider's previous press) by the pings' rule (FLAGDOWN_MAX_SPEED_MPS).
+	ReasonHailGPSJump = "hail_gps_jump"
 	// ReasonHailDriverUnavailable: the driver cannot hail now: offline (no heartbeat), not available
 	// (paused, on a ride), holding a live offer, or already being paired (details.driver_state).
 	ReasonHailDriverUnavailable = "hail_driver_unavailable"
 )
 
+// ReasonHailCodeTries (with CodeRateLimited): the presser typed HailRules.CodeMaxWrong wrong short
+// codes within CodeLockout; he may hail again after details.retry_after_s.
+const ReasonHailCodeTries = "hail_code_tries"
+
 // NormalizeHailCode validates an optional short code (field names it) and returns it upper-cased:
-// empty, or 1 to MaxHailCodeLen letters and digits (case does not matter: "ab12" is "AB12").
+// empty, or MinHailCodeLen to MaxHailCodeLen letters and digits (case does not matter: "ab12" is
+// "AB12").
 func NormalizeHailCode(field, code string) (string, error) {
 	if code == "" {
 		return "", nil
 	}
-	if len(code) > MaxHailCodeLen {
-		return "", Invalid(field, "must be at most 8 letters or digits")
+	if len(code) < MinHailCodeLen || len(code) > MaxHailCodeLen {
+		return "", Invalid(field, "must be 4 to 8 letters or digits")
 	}
 	for i := 0; i < len(code); i++ {
 		c := code[i]

@@ -2,6 +2,8 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,9 +35,11 @@ type HailResult struct {
 //
 //  1. a rider with an open ride, or a driver with an active ride, is refused at once (conflict
 //     rider_has_open_ride / driver_busy, details.ride_id) and nothing is entered;
-//  2. one Redis script (Store.Hail) decides against every other press atomically: wait, refuse
-//     (hail_ambiguous, details.candidates; hail_driver_unavailable, details.driver_state), or take
-//     the one counterpart's entry and hold the pair's driver against offers;
+//  2. one Redis script (Store.Hail) decides against every other press atomically: refuse a press
+//     that breaks a rule binding it to reality (hail_code_tries, hail_last_ping_stale,
+//     hail_far_from_last_ping, hail_gps_jump: hailRefusal), wait, refuse (hail_ambiguous;
+//     hail_driver_unavailable, details.driver_state), or take the one counterpart's entry and hold
+//     the pair's driver against offers;
 //  3. a pairing becomes, in one PostgreSQL transaction, a ride inserted ACCEPTED with that driver
 //     (origin hail; pickup = the rider's press, dropoff = the rider's, fare estimated as for a
 //     requested ride), his assignment (epoch bumped) and ride.accepted (hail: true) in the outbox;
@@ -77,8 +81,9 @@ func (s *Service) hailOnce(ctx context.Context, p dispatch.HailPress) (HailResul
 		return HailResult{Waiting: true, ExpiresAt: res.ExpiresAt, ExpiresIn: res.ExpiresIn}, nil
 	case redisstore.HailAmbiguous:
 		return HailResult{}, dispatch.Conflict(dispatch.ReasonHailAmbiguous,
-			"the hail found several counterparts nearby and pairs with none: hail again with the same short code (field code) on both phones").
-			With("candidates", res.Candidates)
+			"the hail found several counterparts nearby and pairs with none: hail again with the same short code (field code) on both phones")
+	case redisstore.HailRefused:
+		return HailResult{}, s.hailRefusal(p, res)
 	case redisstore.HailUnavailable:
 		return HailResult{}, dispatch.Conflict(dispatch.ReasonHailDriverUnavailable,
 			"the driver cannot hail now: he must be online and available, without a ride, an offer or another pairing ("+res.DriverState+")").
@@ -116,6 +121,43 @@ func (s *Service) hailOnce(ctx context.Context, p dispatch.HailPress) (HailResul
 		return HailResult{}, err
 	}
 	return HailResult{Ride: ride, DistanceM: res.DistanceM}, nil
+}
+
+// hailRefusal is the error of press p that broke the rule res names (redisstore.Refused*): each
+// names its rule and the setting behind it.
+func (s *Service) hailRefusal(p dispatch.HailPress, res redisstore.HailResult) *dispatch.Error {
+	rules := s.d.Rules.Hail
+	elapsed := (time.Duration(res.Elapsed) * time.Millisecond).Round(100 * time.Millisecond)
+	switch res.Refusal {
+	case redisstore.RefusedCodeTries:
+		wait := int(math.Ceil(res.Figure / 1000))
+		return (&dispatch.Error{Code: dispatch.CodeRateLimited, Field: "code", Reason: dispatch.ReasonHailCodeTries,
+			Message: fmt.Sprintf("code: %d wrong short codes within %s (FLAGDOWN_HAIL_CODE_MAX_WRONG, FLAGDOWN_HAIL_CODE_LOCKOUT): hail again in %d s",
+				rules.CodeMaxWrong, rules.CodeLockout, wait)}).With("retry_after_s", max(wait, 1))
+	case redisstore.RefusedStale:
+		msg := "the driver has no accepted ping: ping, then hail"
+		if res.Figure >= 0 {
+			age := (time.Duration(res.Figure) * time.Millisecond).Round(time.Second)
+			msg = fmt.Sprintf("the driver's last accepted ping is %s old, more than %s (FLAGDOWN_HAIL_PING_MAX_AGE): ping, then hail", age, rules.PingMaxAge)
+		}
+		return dispatch.Conflict(dispatch.ReasonHailLastPingStale, msg)
+	case redisstore.RefusedFar:
+		e := dispatch.Conflict(dispatch.ReasonHailFarFromLastPing, fmt.Sprintf(
+			"lat: the press is %.0f m from the driver's last accepted ping, more than the hail radius plus GPS slack, %.0f m (FLAGDOWN_HAIL_RADIUS_M + FLAGDOWN_HAIL_GPS_SLACK_M): a driver hails where his pings put him",
+			res.Figure, rules.RadiusM+rules.GPSSlackM))
+		e.Field = "lat"
+		return e
+	default: // redisstore.RefusedGPSJump
+		from := "the driver's last accepted ping"
+		if p.Side == dispatch.HailRider {
+			from = "the rider's previous press"
+		}
+		e := dispatch.Conflict(dispatch.ReasonHailGPSJump, fmt.Sprintf(
+			"lat: the press is %.0f m from %s %s earlier, faster than FLAGDOWN_MAX_SPEED_MPS allows (the GPS-jump rule of pings)",
+			res.Figure, from, elapsed))
+		e.Field = "lat"
+		return e
+	}
 }
 
 // hailAllowed refuses a press of a rider who has an open ride or a driver who has an active ride,

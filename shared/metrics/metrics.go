@@ -129,11 +129,12 @@ var (
 	}, []string{"result"})
 
 	// HailPresses counts street-hail presses that reached pairing, by side (rider, driver) and
-	// result: waiting, paired, a conflict's reason (hail_ambiguous, hail_driver_unavailable,
-	// driver_busy, rider_has_open_ride, ...) or error.
+	// result: waiting, paired, a refusal's reason (hail_ambiguous, hail_driver_unavailable,
+	// driver_busy, rider_has_open_ride, hail_far_from_last_ping, hail_last_ping_stale,
+	// hail_gps_jump, hail_code_tries, ...) or error.
 	HailPresses = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flagdown_hail_presses_total",
-		Help: "Street-hail presses that reached pairing, by side and result (waiting, paired, a conflict reason, error).",
+		Help: "Street-hail presses that reached pairing, by side and result (waiting, paired, a refusal reason, error).",
 	}, []string{"side", "result"})
 
 	// SurgeMultiplier is the surge multiplier computed for each fare quote, by surge mode (shadow,

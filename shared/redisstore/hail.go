@@ -28,6 +28,15 @@ func (s *Store) hailEntryKey(side dispatch.HailSide) string {
 	return s.prefix + "hail:entry:" + string(side)
 }
 
+// hailLastKey is a rider's last press (hash lat, lng, at: WGS84 degrees and unix ms, Redis's clock),
+// kept dispatch.HailRiderMemory to judge her next press by the GPS-jump rule.
+func (s *Store) hailLastKey(id string) string { return s.prefix + "hail:last:" + id }
+
+// hailTriesKey counts side's id's wrong short codes in the current lockout window.
+func (s *Store) hailTriesKey(side dispatch.HailSide, id string) string {
+	return s.prefix + "hail:tries:" + string(side) + ":" + id
+}
+
 // hailKeys are the hail script's first six keys: own side's GEO, expiries, entries, then the other
 // side's.
 func (s *Store) hailKeys(side dispatch.HailSide) []string {
@@ -37,7 +46,7 @@ func (s *Store) hailKeys(side dispatch.HailSide) []string {
 
 // hailScript is one press, atomic with every other press and with the offer lock (scripts/hail.lua:
 // its KEYS, ARGV and rules; the helpers in scripts/hail_prelude.lua).
-var hailScript = loadScript(nowLua, availableLua, hailPreludeLua, "hail.lua")
+var hailScript = loadScript(nowLua, availableLua, gpsJumpLua, hailPreludeLua, "hail.lua")
 
 // restoreHailScript puts a taken entry back with its original expiry (scripts/restore_hail.lua).
 var restoreHailScript = loadScript(nowLua, hailPreludeLua, "restore_hail.lua")
@@ -63,18 +72,37 @@ const (
 	HailPaired      = "paired"
 	HailAmbiguous   = "ambiguous"
 	HailUnavailable = "unavailable"
+	HailRefused     = "refused"
+)
+
+// Rules a press can break (HailResult.Refusal, HailRefused).
+const (
+	// RefusedCodeTries: the presser is locked out for wrong short codes (Figure: ms left).
+	RefusedCodeTries = "code_tries"
+	// RefusedStale: the driver's last accepted ping is too old or missing (Figure: its age, ms; -1
+	// when none).
+	RefusedStale = "stale"
+	// RefusedFar: the driver's press is farther than radius + slack from his last ping (Figure:
+	// metres; Elapsed: the ping's age, ms).
+	RefusedFar = "far"
+	// RefusedGPSJump: the press is a GPS jump from the presser's last fix (Figure: metres;
+	// Elapsed: ms since that fix).
+	RefusedGPSJump = "gps_jump"
 )
 
 // HailResult is what one press did.
 type HailResult struct {
-	// Outcome is HailWaiting, HailPaired, HailAmbiguous or HailUnavailable.
+	// Outcome is HailWaiting, HailPaired, HailAmbiguous, HailUnavailable or HailRefused.
 	Outcome string
+	// Refusal is the rule a refused press broke (Refused*), Figure and Elapsed its numbers (see
+	// each rule).
+	Refusal string
+	Figure  float64
+	Elapsed float64
 	// ExpiresAt is when the waiting entry expires (Redis's clock), and ExpiresIn how long from the
 	// press that is (HailWaiting).
 	ExpiresAt time.Time
 	ExpiresIn time.Duration
-	// Candidates is how many counterparts the press found (HailAmbiguous).
-	Candidates int
 	// DriverState says why a driver may not hail (HailUnavailable): offline, not_available, on_ride,
 	// offer or pairing.
 	DriverState string
@@ -86,18 +114,26 @@ type HailResult struct {
 	DistanceM         float64
 }
 
-// Hail runs one press p under rules (see hailScript); a paired driver is held for hold. Errors are
-// CodeUnavailable (Redis) or CodeInternal (an entry that does not decode).
+// Hail runs one press p under rules (see hailScript), judging moves by the pings' GPS-jump rule
+// (MaxSpeedMPS, GPSNoiseM); a paired driver is held for hold. Errors are CodeUnavailable (Redis) or
+// CodeInternal (an entry that does not decode).
 func (s *Store) Hail(ctx context.Context, p dispatch.HailPress, rules dispatch.HailRules, hold time.Duration) (HailResult, error) {
 	entry, err := json.Marshal(HailEntry{Lat: p.Position.Lat, Lng: p.Position.Lng, Code: p.Code, Dropoff: p.Dropoff})
 	if err != nil {
 		return HailResult{}, dispatch.Internal(err)
 	}
-	keys := append(s.hailKeys(p.Side), s.geoKey())
+	presser := s.hailLastKey(p.ID)
+	if p.Side == dispatch.HailDriver {
+		presser = s.driverKey(p.ID)
+	}
+	keys := append(s.hailKeys(p.Side), s.geoKey(), presser, s.hailTriesKey(p.Side, p.ID))
 	v, err := hailScript.Run(ctx, s.rdb, keys, string(p.Side), p.ID,
 		strconv.FormatFloat(p.Position.Lat, 'f', -1, 64), strconv.FormatFloat(p.Position.Lng, 'f', -1, 64),
 		p.Code, entry, max(rules.Window.Milliseconds(), 1), rules.RadiusM, max(hold.Milliseconds(), 1),
-		s.prefix+"driver:", s.prefix+"hb:", s.prefix+"offer:").Slice()
+		s.prefix+"driver:", s.prefix+"hb:", s.prefix+"offer:",
+		max(rules.PingMaxAge.Milliseconds(), 1), rules.GPSSlackM,
+		strconv.FormatFloat(s.MaxSpeedMPS, 'f', -1, 64), GPSNoiseM,
+		max(rules.CodeMaxWrong, 1), max(rules.CodeLockout.Milliseconds(), 1), dispatch.HailRiderMemory.Milliseconds()).Slice()
 	if err != nil {
 		return HailResult{}, unavailable(err)
 	}
@@ -108,8 +144,12 @@ func (s *Store) Hail(ctx context.Context, p dispatch.HailPress, rules dispatch.H
 		now, _ := v[2].(int64)
 		res.ExpiresAt, res.ExpiresIn = time.UnixMilli(exp).UTC(), time.Duration(exp-now)*time.Millisecond
 	case HailAmbiguous:
-		n, _ := v[1].(int64)
-		res.Candidates = int(n)
+	case HailRefused:
+		res.Refusal = str(v[1])
+		res.Figure = num(v[2])
+		if len(v) > 3 {
+			res.Elapsed = num(v[3])
+		}
 	case HailUnavailable:
 		res.DriverState = str(v[1])
 	case HailPaired:
@@ -124,6 +164,13 @@ func (s *Store) Hail(ctx context.Context, p dispatch.HailPress, rules dispatch.H
 		return HailResult{}, dispatch.Internal(fmt.Errorf("redisstore: hail script answered %v", v))
 	}
 	return res, nil
+}
+
+// num is a script's number reply as a float64 (Redis truncates Lua numbers to integers: metres
+// and ms here).
+func num(v any) float64 {
+	n, _ := v.(int64)
+	return float64(n)
 }
 
 // RestoreHail puts back the entry e of side's id that a failed pairing took, with its original

@@ -9,7 +9,8 @@ import (
 	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
-var hailRules = dispatch.HailRules{Window: time.Minute, RadiusM: 300}
+var hailRules = dispatch.HailRules{Window: time.Minute, RadiusM: 300, PingMaxAge: 25 * time.Second, GPSSlackM: 50,
+	CodeMaxWrong: 3, CodeLockout: 10 * time.Minute}
 
 func hail(t *testing.T, s *redisstore.Store, side dispatch.HailSide, id string, p dispatch.Point, code string) redisstore.HailResult {
 	t.Helper()
@@ -74,8 +75,8 @@ func TestHailRestore(t *testing.T) {
 	ctx := context.Background()
 	ping(t, s, "d-1", midtown, time.Now(), dispatch.DriverAvailable)
 	ping(t, s, "d-2", soho, time.Now(), dispatch.DriverAvailable)
-	hail(t, s, dispatch.HailRider, "r-1", midtown, "AB")
-	res := hail(t, s, dispatch.HailDriver, "d-1", midtown, "AB")
+	hail(t, s, dispatch.HailRider, "r-1", midtown, "AB12")
+	res := hail(t, s, dispatch.HailDriver, "d-1", midtown, "AB12")
 	if res.Outcome != redisstore.HailPaired {
 		t.Fatalf("press = %+v, want paired", res)
 	}

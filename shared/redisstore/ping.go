@@ -11,8 +11,9 @@ import (
 	"github.com/flagdown/flagdown/shared/dispatch"
 )
 
-// GPSNoiseM is the distance in metres always allowed between two pings on top of
-// MaxSpeedMPS × elapsed time, so GPS jitter between close pings is not taken for a jump.
+// GPSNoiseM is the distance in metres always allowed between two pings (and between a driver's
+// last ping and his street-hail press) on top of MaxSpeedMPS × elapsed time, so GPS jitter between
+// close fixes is not taken for a jump (scripts/gps_jump.lua).
 const GPSNoiseM = 50
 
 // Ping is one validated driver location update.
@@ -54,7 +55,7 @@ const RejectedRateLimited = "rate_limited"
 
 // pingScript applies one ping atomically, its rate budget included (scripts/ping.lua: its KEYS,
 // ARGV and rules); one round trip per call, pipelined for batches.
-var pingScript = loadScript(nowLua, availableLua, pingBudgetLua, "ping.lua")
+var pingScript = loadScript(nowLua, availableLua, gpsJumpLua, pingBudgetLua, "ping.lua")
 
 // ApplyPings applies pings in one round trip (a pipeline of script calls) and returns one result
 // per ping, in order. Each ping spends one unit of its driver's budget (PingsPerMin): a ping past

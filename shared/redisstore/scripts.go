@@ -8,11 +8,12 @@ import (
 )
 
 // scriptFiles holds the store's Lua scripts, one file each under scripts/: each file's header
-// names what it does, its KEYS and ARGV (with units) and its reply. Five files are snippets that
+// names what it does, its KEYS and ARGV (with units) and its reply. Six files are snippets that
 // scripts are prefixed with, written once: now.lua (Redis's clock as `now`, unix ms), lapse.lua
 // (when a driver is offline, unknown or alive), ping_budget.lua (a driver's ping budget),
-// available.lua (who may be offered a ride and who belongs in the GEO set of available drivers) and
-// hail_prelude.lua (the street-hail helpers).
+// available.lua (who may be offered a ride and who belongs in the GEO set of available drivers),
+// gps_jump.lua (the GPS-jump rule of pings and hail presses) and hail_prelude.lua (the street-hail
+// helpers).
 //
 //go:embed scripts/*.lua
 var scriptFiles embed.FS
@@ -39,6 +40,7 @@ const (
 	nowLua         = "now.lua"
 	availableLua   = "available.lua"
 	hailPreludeLua = "hail_prelude.lua"
+	gpsJumpLua     = "gps_jump.lua"
 	lapseLua       = "lapse.lua"
 	pingBudgetLua  = "ping_budget.lua"
 )

@@ -162,6 +162,10 @@ func (e *Env) AsWith(role auth.Role, sub string, extra map[string]string) map[st
 // Ops returns the headers of an operator (role ops), who may read any ride.
 func (e *Env) Ops() map[string]string { return e.As(auth.RoleOps, "ops-test") }
 
+// Service returns the headers of the gateway aggregator (role service), who sends ping batches for
+// many drivers.
+func (e *Env) Service() map[string]string { return e.As(auth.RoleService, "service-test") }
+
 // NewEnv builds an Env over testkit.Deps(t, tune).
 func NewEnv(t testing.TB, tune func(*config.Config)) *Env {
 	t.Helper()

@@ -1,5 +1,5 @@
 -- ping.lua: applies one driver ping atomically, its rate budget included (ApplyPings pipelines one
--- call per ping). Needs now.lua, available.lua and ping_budget.lua before it.
+-- call per ping). Needs now.lua, available.lua, gps_jump.lua and ping_budget.lua before it.
 --
 -- KEYS[1] driver_key     P driver:{id}, the driver hash
 -- KEYS[2] hb_key         P hb:{id}, the heartbeat (a timed key)
@@ -48,7 +48,8 @@
 -- deferral of presence.lua, or an entry of a published expiry not yet retired): the new entry is
 -- the new key's deadline. A ping not newer than the last accepted one is stale: it still proves the
 -- driver alive (heartbeat refreshed) but changes nothing else; a ping implying a speed above the
--- maximum is a GPS jump: it refreshes the heartbeat but not the position. Drivers on a ride keep
+-- maximum is a GPS jump (gps_jump.lua, the rule street-hail presses are judged by too): it
+-- refreshes the heartbeat but not the position. Drivers on a ride keep
 -- the status flagdown gave them, and only the driver a ride's live position was handed to (field
 -- driver, see assign.lua) writes it. GEO set membership follows the available-set rule
 -- (available.lua's why_not_free, on the values read here): a free driver is (re-)placed at his
@@ -111,15 +112,8 @@ end
 local lat, lng = tonumber(lat_arg), tonumber(lng_arg)
 local applied, rejected = 1, ''
 local plat, plng = tonumber(cur[2]), tonumber(cur[3])
-if plat and plng and last_ts then
-  local r = math.pi / 180
-  local dlat, dlng = (lat - plat) * r, (lng - plng) * r
-  local a = math.sin(dlat/2)^2 + math.cos(plat*r) * math.cos(lat*r) * math.sin(dlng/2)^2
-  local d = 2 * 6372797.560856 * math.asin(math.min(1, math.sqrt(a)))
-  local dt = (ts - last_ts) / 1000
-  if d > max_speed_mps * dt + noise_m then
-    applied, rejected = 0, 'gps_jump'
-  end
+if plat and plng and last_ts and gps_jump(plat, plng, last_ts, lat, lng, ts, max_speed_mps, noise_m) then
+  applied, rejected = 0, 'gps_jump'
 end
 local prev = status
 if ride == '' and asked_status ~= '' then status = asked_status end

@@ -96,7 +96,7 @@ func (r *runner) endToEnd(ctx context.Context) error {
 	}
 	base := "http://" + p.Addr() + "/function/"
 	hc := httpClient(512)
-	opsTok, err := auth.Mint([]byte(cfg.JWTSecret), cfg.JWTIssuer, cfg.JWTAudience, auth.Identity{Subject: "bench-ops", Role: auth.RoleOps}, time.Hour)
+	svcTok, err := auth.Mint([]byte(cfg.JWTSecret), cfg.JWTIssuer, cfg.JWTAudience, auth.Identity{Subject: "bench-aggregator", Role: auth.RoleService}, time.Hour)
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func (r *runner) endToEnd(ctx context.Context) error {
 	}
 
 	// The fleet: drivers start at real dropoffs (never at the pickups being requested) and ping
-	// every PingIntervalS seconds, in batches of 100 per call (a gateway aggregator's ops token).
+	// every PingIntervalS seconds, in batches of 100 per call (a gateway aggregator's service token).
 	var fleet atomic.Int64
 	var drivers []*simDriver
 	var dmu sync.Mutex
@@ -163,7 +163,7 @@ func (r *runner) endToEnd(ctx context.Context) error {
 					defer inflight.Add(-1)
 					t := time.Now()
 					// Not pingCtx: a call in flight when the run stops finishes.
-					err := post(ctx, "location-update", opsTok, body, http.StatusOK)
+					err := post(ctx, "location-update", svcTok, body, http.StatusOK)
 					pingLat.add(time.Since(t))
 					if err != nil {
 						pingsFailed.Add(k)

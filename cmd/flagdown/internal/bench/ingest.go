@@ -148,7 +148,7 @@ func (r *runner) ingest(ctx context.Context) error {
 	}
 	defer stop()
 	tok, err := auth.Mint([]byte(st.cfg.JWTSecret), st.cfg.JWTIssuer, st.cfg.JWTAudience,
-		auth.Identity{Subject: "bench-ops", Role: auth.RoleOps}, time.Hour)
+		auth.Identity{Subject: "bench-aggregator", Role: auth.RoleService}, time.Hour)
 	if err != nil {
 		return err
 	}

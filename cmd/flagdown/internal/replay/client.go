@@ -98,7 +98,8 @@ type client struct {
 
 // tokens mints and caches one HS256 token per (role, subject) with the platform's secret
 // (auth.Mint), valid for tokenTTL: every simulated driver and rider holds his own, and the batched
-// pings go out with one ops token, as a gateway aggregator's would.
+// pings go out with one service token, as a gateway aggregator's would (the final ride reads with an
+// ops token).
 type tokens struct {
 	secret      []byte
 	issuer, aud string
@@ -109,8 +110,12 @@ type tokens struct {
 // tokenTTL is the lifetime of a replay token, longer than any replay.
 const tokenTTL = 24 * time.Hour
 
-// opsSubject is the subject of the replay's ops token.
-const opsSubject = "replay-aggregator"
+// serviceSubject is the subject of the replay's service token (its ping batches), opsSubject of its
+// ops token (its ride reads).
+const (
+	serviceSubject = "replay-aggregator"
+	opsSubject     = "replay-ops"
+)
 
 // header returns {"Authorization": "Bearer <token of role and sub>"}.
 func (t *tokens) header(role auth.Role, sub string) map[string]string {
@@ -231,7 +236,7 @@ func (c *client) locationUpdate(ctx context.Context, pings []Ping, batch bool) (
 	var r struct {
 		Results []PingResult `json:"results"`
 	}
-	if _, err := c.do(ctx, http.MethodPost, "/function/location-update", map[string]any{"pings": pings}, c.tokens.header(auth.RoleOps, opsSubject), &r); err != nil {
+	if _, err := c.do(ctx, http.MethodPost, "/function/location-update", map[string]any{"pings": pings}, c.tokens.header(auth.RoleService, serviceSubject), &r); err != nil {
 		return nil, err
 	}
 	if len(r.Results) != len(pings) {
