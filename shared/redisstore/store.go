@@ -228,6 +228,9 @@ func ParseSentinelURL(url string) (*redis.FailoverOptions, error) {
 	if opt.MasterName == "" || strings.Contains(opt.MasterName, "/") {
 		return nil, fmt.Errorf("redisstore: REDIS_URL %s://...: the path must be the master name the Sentinels monitor, e.g. /mymaster", SentinelScheme)
 	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("redisstore: REDIS_URL %s://...: needs at least one Sentinel address host:port before the master name", SentinelScheme)
+	}
 	for _, a := range strings.Split(u.Host, ",") {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return nil, fmt.Errorf("redisstore: REDIS_URL %s://...: Sentinel address %q must be host:port", SentinelScheme, a)
