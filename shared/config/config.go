@@ -30,10 +30,11 @@ type Config struct {
 	// (redis://), a primary followed through Sentinel (redis+sentinel://host:port,host2:port2/mastername)
 	// or a Redis Cluster (redis+cluster://host:port?addr=host2:port2), see redisstore.Open.
 	RedisURL string `env:"REDIS_URL" envDefault:"redis://127.0.0.1:6379/0"`
-	// RedisTimeout bounds each wait on Redis: go-redis's dial, read, write and pool-wait timeouts,
-	// and the deadline of the Redis work of a request whose decision PostgreSQL makes (the effects
-	// applied after a commit, a ride's live position, the rate limit of order-create), which
-	// degrades instead of failing when Redis does not answer in time (docs/resilience.md). 10ms..10s.
+	// RedisTimeout is the deadline of the Redis work of a request whose decision PostgreSQL makes
+	// (the effects applied after a commit, a ride's live position, the rate limit and price of
+	// order-create), which degrades instead of failing when Redis does not answer in time
+	// (docs/resilience.md); the client's socket timeouts are this or redisstore.MinSocketTimeout
+	// (3 s), whichever is longer. 10ms..10s.
 	RedisTimeout time.Duration `env:"FLAGDOWN_REDIS_TIMEOUT" envDefault:"500ms"`
 	// RedisPrefix is prepended to every Redis key flagdown writes, so several deployments or tests share a
 	// server; on a Redis Cluster it carries the city's hash tag, e.g. "flagdown:{nyc}:" (redisstore.CheckPrefix).

@@ -147,8 +147,16 @@ const (
 	SentinelTLSScheme = "rediss+sentinel"
 )
 
-// DefaultTimeout is the Redis timeout of Open (FLAGDOWN_REDIS_TIMEOUT's default).
+// DefaultTimeout is FLAGDOWN_REDIS_TIMEOUT's default: the deadline Store.Bounded gives the Redis
+// work of a request PostgreSQL decides.
 const DefaultTimeout = 500 * time.Millisecond
+
+// MinSocketTimeout is the least dial, read, write and pool-wait timeout of a client OpenTimeout
+// builds (go-redis's own default read timeout): a healthy Redis on a busy host answering a
+// pipeline of hundreds of ping scripts can take longer than FLAGDOWN_REDIS_TIMEOUT, and a socket
+// timeout cut there would turn a slow answer into a 503 for every caller. Requests that must
+// answer without Redis bound their Redis work with Store.Bounded instead.
+const MinSocketTimeout = 3 * time.Second
 
 // poolSize is the number of connections each Redis node's pool holds at most.
 const poolSize = 64
@@ -171,12 +179,14 @@ func Open(ctx context.Context, url string) (redis.UniversalClient, error) {
 //     database 0 only, the one a cluster has). A cluster needs a key prefix with a hash tag
 //     (CheckPrefix).
 //
-// Each node gets a pool of 64 connections. timeout (FLAGDOWN_REDIS_TIMEOUT) is the dial, read,
-// write and pool-wait timeout, context deadlines are honoured, and a failed command is retried
-// once, so a command on a Redis that does not answer (stopped, partitioned) fails within about
-// two timeouts and a hung Redis holds at most the pool's connections, never a growing pile of
-// goroutines.
+// Each node gets a pool of 64 connections. The dial, read, write and pool-wait timeout is timeout
+// (FLAGDOWN_REDIS_TIMEOUT) or MinSocketTimeout, whichever is longer; context deadlines are honoured
+// (Store.Bounded cuts the Redis work of a PostgreSQL-decided request at FLAGDOWN_REDIS_TIMEOUT),
+// and a failed command is retried once, so a command on a Redis that does not answer (stopped,
+// partitioned) fails within about two socket timeouts and a hung Redis holds at most the pool's
+// connections, never a growing pile of goroutines.
 func OpenTimeout(ctx context.Context, url string, timeout time.Duration) (redis.UniversalClient, error) {
+	timeout = max(timeout, MinSocketTimeout)
 	var rdb redis.UniversalClient
 	if rest, ok := cutScheme(url, ClusterScheme, ClusterTLSScheme); ok {
 		opt, err := redis.ParseClusterURL(rest)
