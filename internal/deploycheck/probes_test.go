@@ -74,7 +74,7 @@ func TestProbesOffThePublicRoute(t *testing.T) {
 		"FLAGDOWN_JWT_SECRET=probe-test-secret-0123456789abcdef0123456789",
 		"read_timeout=5s", "write_timeout=5s", "PATH=" + os.Getenv("PATH"), "K_SERVICE=ride",
 	}
-	var logs strings.Builder
+	var logs testkit.Output
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -116,7 +116,7 @@ func privateNATS(t *testing.T, passwords map[string]string) (url, caFile string)
 	for k, v := range passwords {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	var logs strings.Builder
+	var logs testkit.Output
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -291,7 +291,7 @@ func runMode(ctx context.Context, o Options, co CompareOptions, out io.Writer) (
 	vars := map[string]string{}
 	for _, kv := range co.Environ {
 		k, v, _ := strings.Cut(kv, "=")
-		if _, over := set[k]; over || k == "FLAGDOWN_JWT_SECRET_FILE" {
+		if _, over := set[k]; over {
 			continue
 		}
 		env = append(env, kv)
