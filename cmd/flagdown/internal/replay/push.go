@@ -71,8 +71,10 @@ type socket struct {
 const maxParallelDials = 32
 
 // pushSettle is how long the replay waits after its last request for pushes still on their way
-// before it counts what was lost.
-const pushSettle = 2 * time.Second
+// before it counts what was lost: longer than the trigger's first three redelivery delays
+// (broker.DefaultBackOff: 0.2 + 0.5 + 1 s) plus a delivery on a loaded host, since a push whose
+// first delivery failed arrives on a redelivery.
+const pushSettle = 5 * time.Second
 
 // closeSockets waits pushSettle for pushes in flight, counts what was lost, then closes every
 // socket (drivers' and riders') and waits for them.
