@@ -3,7 +3,6 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/expiry"
 	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/redisstore"
@@ -23,26 +22,13 @@ Several copies may run at once: event ids are deterministic, so each expiry has 
 flagdown dev runs one itself. Stops gracefully on SIGINT/SIGTERM. --metrics-addr serves its
 Prometheus metrics; traces go to the OTLP endpoint of the OTEL_* environment when one is set.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load()
-			if err != nil {
-				return err
-			}
-			keys, err := eventSigner(cfg)
-			if err != nil {
-				return err
-			}
-			log := host.NewLogger(cfg)
 			ctx := cmd.Context()
-			stopTracing, err := startTracing(ctx, "flagdown-expiry-source", log)
+			w, err := startWorker(ctx, "flagdown-expiry-source", metricsAddr)
 			if err != nil {
 				return err
 			}
-			defer stopTracing()
-			_, stopMetrics, err := serveMetrics(metricsAddr, log)
-			if err != nil {
-				return err
-			}
-			defer stopMetrics()
+			defer w.stop()
+			cfg, keys, log := w.cfg, w.keys, w.log
 			rdb, err := redisstore.OpenTimeout(ctx, cfg.RedisURL, cfg.RedisTimeout)
 			if err != nil {
 				return err

@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flagdown/flagdown/shared/config"
-	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/outbox"
 	"github.com/flagdown/flagdown/shared/pgstore"
 )
@@ -29,26 +28,13 @@ its N-th published event, before marking it. --metrics-addr serves its Prometheu
 (flagdown_outbox_published_total, the Go runtime's); traces go to the OTLP endpoint of the OTEL_*
 environment when one is set.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load()
-			if err != nil {
-				return err
-			}
-			keys, err := eventSigner(cfg)
-			if err != nil {
-				return err
-			}
-			log := host.NewLogger(cfg)
 			ctx := cmd.Context()
-			stopTracing, err := startTracing(ctx, "flagdown-relay", log)
+			w, err := startWorker(ctx, "flagdown-relay", metricsAddr)
 			if err != nil {
 				return err
 			}
-			defer stopTracing()
-			_, stopMetrics, err := serveMetrics(metricsAddr, log)
-			if err != nil {
-				return err
-			}
-			defer stopMetrics()
+			defer w.stop()
+			cfg, keys, log := w.cfg, w.keys, w.log
 			db, err := pgstore.Open(ctx, cfg.DatabaseURL, cfg.DatabaseSchema)
 			if err != nil {
 				return err

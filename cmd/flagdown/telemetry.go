@@ -9,9 +9,46 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/host"
+	"github.com/flagdown/flagdown/shared/internalauth"
 	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/tracing"
 )
+
+// worker is what a long-running worker command (the relay, the expiry source) starts with: its
+// configuration, the event signer, the logger, traces and the metrics endpoint.
+type worker struct {
+	cfg  *config.Config
+	keys *internalauth.Signer
+	log  *slog.Logger
+	// stop ends the metrics endpoint and flushes the traces; call it before exiting.
+	stop func()
+}
+
+// startWorker loads the configuration and the event signing key, then starts traces under service
+// (service.name) and, when metricsAddr is not empty, the metrics endpoint (serveMetrics).
+func startWorker(ctx context.Context, service, metricsAddr string) (*worker, error) {
+	cfg, err := config.Load()
+	if err != nil {
+		return nil, err
+	}
+	keys, err := eventSigner(cfg)
+	if err != nil {
+		return nil, err
+	}
+	log := host.NewLogger(cfg)
+	stopTracing, err := startTracing(ctx, service, log)
+	if err != nil {
+		return nil, err
+	}
+	_, stopMetrics, err := serveMetrics(metricsAddr, log)
+	if err != nil {
+		stopTracing()
+		return nil, err
+	}
+	return &worker{cfg: cfg, keys: keys, log: log, stop: func() { stopMetrics(); stopTracing() }}, nil
+}
 
 // startTracing sets up the process's traces from the OTEL_* environment (tracing.Setup; off unless
 // an OTLP endpoint or OTEL_TRACES_EXPORTER=otlp is set) with service as the default service.name.

@@ -39,9 +39,11 @@ type driver struct {
 	signsOff bool
 	// ignoring is the offer he is ignoring until it vanishes from his ping answers (nil when none).
 	ignoring *ignoredOffer
-	// sock is his phone's WebSocket (Options.Push); pushed the offer ids that came on it.
+	// sock is his phone's WebSocket (Options.Push); pushed the offer ids that came on it, ended
+	// those whose end (offer.expired, offer.withdrawn) came on it.
 	sock   *socket
 	pushed map[string]bool
+	ended  map[string]bool
 }
 
 // position is where d is at simulated time t: on his leg when driving, else where he stopped.
@@ -172,7 +174,7 @@ func (s *sim) offerArrived(d *driver, offer Offer, at time.Time, viaPush bool) {
 			// one ping interval before this answer).
 			made := at.Add(-time.Duration(float64(s.opts.PingInterval)/s.opts.Speedup) - time.Second)
 			s.pingOffers = append(s.pingOffers, pingOffer{d: d, offerID: offer.OfferID, sock: d.sock,
-				downs: d.sock.downs.Load(), expected: d.sock.connectedSince(made)})
+				downs: d.sock.downs.Load(), expected: d.sock.connectedSince(made), seenAt: at})
 		}
 	}
 	s.offerSeen(d, offer)
@@ -294,7 +296,13 @@ func (s *sim) decide(d *driver, o Offer, accept bool) {
 		return
 	}
 	d.state = stAccepting
-	riderUp := s.ride(o.RideID).riderSock.connectedSince(time.Now())
+	sentWall := time.Now()
+	riderSock := s.ride(o.RideID).riderSock
+	riderUp := riderSock.connectedSince(sentWall)
+	var riderDowns int64
+	if riderUp {
+		riderDowns = riderSock.downs.Load()
+	}
 	s.submit(func(ctx context.Context) {
 		err := s.c.accept(ctx, o.RideID, d.id)
 		s.post(func() {
@@ -314,7 +322,10 @@ func (s *sim) decide(d *driver, o Offer, accept bool) {
 				r.rematchedAfterAbandon = true
 			}
 			r.accepted, r.accepts, r.acceptedAt, r.acceptedBy = true, r.accepts+1, t, d.id
-			r.acceptExpectPush = r.acceptExpectPush || riderUp
+			if riderUp {
+				r.acceptExpectPush, r.acceptSentWall = true, sentWall
+				r.riderSockAtAccept, r.riderDownsAtAccept = riderSock, riderDowns
+			}
 			r.acceptedExp, r.pickupDistM, r.abandoned = parseExpiry(o.ExpiresAt), o.DistanceM, false
 			if d.offline { // dropped while his accept was in flight: he never drives to it
 				d.state = stIdle

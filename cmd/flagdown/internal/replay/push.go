@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -18,9 +19,11 @@ import (
 // Push message types the replay reacts to (shared/push.MessageType; the replay reads the wire
 // format as a phone does, through the gateway only).
 const (
-	pushOffer      = "offer"
-	pushRideStatus = "ride.status"
-	pushPosition   = "driver.position"
+	pushOffer          = "offer"
+	pushOfferExpired   = "offer.expired"
+	pushOfferWithdrawn = "offer.withdrawn"
+	pushRideStatus     = "ride.status"
+	pushPosition       = "driver.position"
 )
 
 // pushMsg is one message received on a socket, as a phone decodes it.
@@ -70,18 +73,22 @@ type socket struct {
 // connect integration).
 const maxParallelDials = 32
 
-// pushSettle is how long the replay waits after its last request for pushes still on their way
-// before it counts what was lost: longer than the trigger's first three redelivery delays
-// (broker.DefaultBackOff: 0.2 + 0.5 + 1 s) plus a delivery on a loaded host, since a push whose
-// first delivery failed arrives on a redelivery.
-const pushSettle = 5 * time.Second
+// pushSettle bounds how long the replay waits after its last request for pushes still on their
+// way before it counts what was lost: it stops waiting as soon as nothing is missing. A push whose
+// first delivery failed arrives on a redelivery (broker.DefaultBackOff: 0.2 + 0.5 + 1 s, then
+// more), and a loaded host adds its own delays.
+const pushSettle = 30 * time.Second
 
-// closeSockets waits pushSettle for pushes in flight, counts what was lost, then closes every
-// socket (drivers' and riders') and waits for them.
+// closeSockets waits (at most pushSettle) until every push the replay expects has arrived, counts
+// what was lost, then closes every socket (drivers' and riders') and waits for them.
 func (s *sim) closeSockets() {
-	time.Sleep(pushSettle)
-	s.drainInbox()
-	s.lostOffers, s.lostStatuses = s.pushOutcome()
+	for deadline := time.Now().Add(pushSettle); ; time.Sleep(250 * time.Millisecond) {
+		s.drainInbox()
+		s.lostOffers, s.lostStatuses, s.lateOffers, s.lostExamples = s.pushOutcome()
+		if s.lostOffers+s.lostStatuses == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	var wg sync.WaitGroup
 	for _, d := range s.drivers {
 		if k := d.sock; k != nil && !d.offline {
@@ -214,14 +221,21 @@ func (k *socket) stop() {
 // answer, whichever comes first.
 func (s *sim) driverSocket(d *driver, i int) {
 	d.sock = s.openSocket(auth.RoleDriver, d.id, uint64(i)+1<<32, func(m pushMsg, at time.Time) {
-		if m.Type != pushOffer {
-			return
-		}
 		var o Offer
 		if json.Unmarshal(m.Data, &o) != nil || o.OfferID == "" {
 			return
 		}
-		s.post(func() { s.offerArrived(d, o, at, true) })
+		switch m.Type {
+		case pushOffer:
+			s.post(func() { s.offerArrived(d, o, at, true) })
+		case pushOfferExpired, pushOfferWithdrawn:
+			s.post(func() {
+				if d.ended == nil {
+					d.ended = map[string]bool{}
+				}
+				d.ended[o.OfferID] = true
+			})
+		}
 	})
 }
 
@@ -263,32 +277,54 @@ func (s *sim) closeRider(r *ride) {
 
 // pushOutcome checks, at the end of a run, what should have come by push and did not: an offer
 // seen in a ping answer by a driver whose socket was up since well before the offer was made and
-// stayed up, and never arrived on it; an accept whose rider's socket was up since before it and
-// who never got the ACCEPTED status.
-func (s *sim) pushOutcome() (lostOffers, lostStatuses int) {
+// stayed up, and never arrived on it, nor its end; an accept whose rider's socket was up since
+// before it and who never got the ACCEPTED status (or, when the socket dropped after the accept, no
+// status at all: the sync after reconnect says the current one, which may be later). examples names the first few
+// lost messages (kind, ids and the socket's history), for the error. An offer whose end came but
+// not the offer itself was reached by the platform after its window closed (notify pushes no dead
+// offer): late, not lost.
+func (s *sim) pushOutcome() (lostOffers, lostStatuses, late int, examples []string) {
+	note := func(format string, a ...any) {
+		if len(examples) < maxLostExamples {
+			examples = append(examples, fmt.Sprintf(format, a...))
+		}
+	}
 	for _, po := range s.pingOffers {
 		// A driver who dropped offline closed his socket: what came after is not lost, it had
 		// nowhere to go.
 		if po.expected && !po.d.offline && po.sock.downs.Load() == po.downs && !po.d.pushed[po.offerID] {
+			if po.d.ended[po.offerID] {
+				late++
+				continue
+			}
 			lostOffers++
+			note("offer %s to driver %s (seen in a ping answer at %s, socket up since %s, %d drops)",
+				po.offerID, po.d.id, po.seenAt.Format(time.RFC3339Nano),
+				time.Unix(0, po.sock.since.Load()).Format(time.RFC3339Nano), po.sock.downs.Load())
 		}
 	}
-	for _, r := range s.rides {
+	for id, r := range s.rides {
 		if !r.acceptExpectPush {
 			continue
 		}
+		dropped := r.riderSockAtAccept != nil && r.riderSockAtAccept.downs.Load() != r.riderDownsAtAccept
 		got := false
 		for _, st := range r.pushedStatus {
-			if st == "ACCEPTED" {
+			if st == "ACCEPTED" || dropped {
 				got = true
 			}
 		}
 		if !got {
 			lostStatuses++
+			note("ACCEPTED of ride %s (accept sent at %s; statuses pushed %v)",
+				id, r.acceptSentWall.Format(time.RFC3339Nano), r.pushedStatus)
 		}
 	}
-	return lostOffers, lostStatuses
+	return lostOffers, lostStatuses, late, examples
 }
+
+// maxLostExamples bounds the lost pushes a summary names.
+const maxLostExamples = 5
 
 // pingOffer is an offer a driver saw first in a ping answer.
 type pingOffer struct {
@@ -296,5 +332,6 @@ type pingOffer struct {
 	offerID  string
 	sock     *socket
 	downs    int64
-	expected bool // his socket was up since well before the offer was made
+	expected bool      // his socket was up since well before the offer was made
+	seenAt   time.Time // wall time of the ping answer that carried it
 }

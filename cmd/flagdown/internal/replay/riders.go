@@ -41,7 +41,12 @@ type ride struct {
 	pushedStatus []string
 	// acceptExpectPush: the rider's socket was up when the accept was sent, so ACCEPTED must reach it.
 	acceptExpectPush bool
-	final            *RideView // end-of-run GET /function/ride/{id}; nil when not fetched
+	// acceptSentWall is when the latest accept that expected a push was sent (wall);
+	// riderSockAtAccept the rider's socket then and riderDownsAtAccept its drops so far.
+	acceptSentWall     time.Time
+	riderSockAtAccept  *socket
+	riderDownsAtAccept int64
+	final              *RideView // end-of-run GET /function/ride/{id}; nil when not fetched
 	// quote is the fare-estimate answer the ride was ordered at (nil when none); arrivedAt when its
 	// driver reached the pickup (simulated, of the latest accept; 0 when none did).
 	quote     *FareQuote

@@ -78,6 +78,8 @@ type sim struct {
 	riderSockets    sync.WaitGroup
 	lostOffers      int
 	lostStatuses    int
+	lostExamples    []string
+	lateOffers      int
 
 	offersIgnored  int
 	offerTimeouts  int

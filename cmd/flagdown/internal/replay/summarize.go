@@ -145,7 +145,8 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 		}
 		sum.PushMessagesReceived, sum.DriverPositionsPushed = s.push.received.Load(), s.positionsPushed
 		sum.PushReconnects, sum.PushDialFailures = s.push.reconnects.Load(), s.push.dialFailures.Load()
-		sum.PushMessagesLost = s.lostOffers + s.lostStatuses
+		sum.PushMessagesLost, sum.PushLostExamples = s.lostOffers+s.lostStatuses, s.lostExamples
+		sum.PushOffersLate = s.lateOffers
 	}
 	sum.MatchLatencyCount = len(s.matchLatMs)
 	sum.MatchLatencyP50Ms, sum.MatchLatencyP99Ms = Percentile(s.matchLatMs, 50), Percentile(s.matchLatMs, 99)

@@ -90,8 +90,8 @@ func invariantsError(sum *Summary) error {
 		// Only a replay that checked the platform itself (not a chaos run, which kills the platform
 		// and wipes Redis, and with it the connection registry, on purpose) holds push to 0 lost.
 		if sum.Push && sum.VerifyRan && (sum.PushMessagesLost > 0 || sum.PushConnectionsLeft > 0) {
-			return fmt.Errorf("push: %d messages lost, %d connections left registered after every socket closed (both must be 0)",
-				sum.PushMessagesLost, sum.PushConnectionsLeft)
+			return fmt.Errorf("push: %d messages lost, %d connections left registered after every socket closed (both must be 0); lost: %s",
+				sum.PushMessagesLost, sum.PushConnectionsLeft, strings.Join(sum.PushLostExamples, "; "))
 		}
 		return nil
 	}
