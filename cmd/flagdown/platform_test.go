@@ -273,9 +273,10 @@ func TestReplayTimeoutsEndToEnd(t *testing.T) {
 		GROUP BY driver_id HAVING count(*) > 1) x`); n != 0 {
 		t.Errorf("%d drivers with two active rides", n)
 	}
-	t.Logf("offers ignored %d / timed out %d, rematches %d, drivers offline %d, abandoned %d re-opened %d re-matched %d",
+	t.Logf("offers ignored %d / timed out %d, rematches %d, drivers offline %d, abandoned %d re-opened %d re-matched %d, offers by push/ping %d/%d, pushed too late %d",
 		sum.OffersIgnored, sum.OfferTimeouts, sum.Rematches, sum.DriversWentOffline,
-		sum.OfflineRidesAbandoned, sum.OfflineRidesReopened, sum.OfflineRidesRematched)
+		sum.OfflineRidesAbandoned, sum.OfflineRidesReopened, sum.OfflineRidesRematched,
+		sum.OffersSeenByPush, sum.OffersSeenByPing, sum.PushOffersLate)
 }
 
 // TestReplayUnmatchedEndToEnd: with far too few drivers, rides exhaust the retry budget and become

@@ -44,6 +44,8 @@ type driver struct {
 	sock   *socket
 	pushed map[string]bool
 	ended  map[string]bool
+	// answered holds the offer ids he accepted or declined.
+	answered map[string]bool
 }
 
 // position is where d is at simulated time t: on his leg when driving, else where he stopped.
@@ -280,6 +282,10 @@ func (s *sim) decide(d *driver, o Offer, accept bool) {
 		s.ignore(d, o)
 		return
 	}
+	if d.answered == nil {
+		d.answered = map[string]bool{}
+	}
+	d.answered[o.OfferID] = true
 	if !accept || d.state != stIdle {
 		s.submit(func(ctx context.Context) {
 			err := s.c.rideAction(ctx, o.RideID, "decline", d.id)

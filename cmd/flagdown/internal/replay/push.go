@@ -277,12 +277,14 @@ func (s *sim) closeRider(r *ride) {
 
 // pushOutcome checks, at the end of a run, what should have come by push and did not: an offer
 // seen in a ping answer by a driver whose socket was up since well before the offer was made and
-// stayed up, and never arrived on it, nor its end; an accept whose rider's socket was up since
+// stayed up, he left it unanswered, and neither it nor its end arrived on it; an accept whose rider's socket was up since
 // before it and who never got the ACCEPTED status (or, when the socket dropped after the accept, no
 // status at all: the sync after reconnect says the current one, which may be later). examples names the first few
 // lost messages (kind, ids and the socket's history), for the error. An offer whose end came but
 // not the offer itself was reached by the platform after its window closed (notify pushes no dead
-// offer): late, not lost.
+// offer): late, not lost. So is one he answered from his ping answer and never got by push: its
+// window may have closed before the platform reached it, and no end follows an answered offer, so
+// nothing tells lost from late; a push path that loses offers loses unanswered ones too.
 func (s *sim) pushOutcome() (lostOffers, lostStatuses, late int, examples []string) {
 	note := func(format string, a ...any) {
 		if len(examples) < maxLostExamples {
@@ -293,7 +295,7 @@ func (s *sim) pushOutcome() (lostOffers, lostStatuses, late int, examples []stri
 		// A driver who dropped offline closed his socket: what came after is not lost, it had
 		// nowhere to go.
 		if po.expected && !po.d.offline && po.sock.downs.Load() == po.downs && !po.d.pushed[po.offerID] {
-			if po.d.ended[po.offerID] {
+			if po.d.ended[po.offerID] || po.d.answered[po.offerID] {
 				late++
 				continue
 			}

@@ -244,8 +244,9 @@ type Summary struct {
 	// ACCEPTED statuses of rides whose rider's socket was up when the accept was sent. Must be 0.
 	PushMessagesLost int `json:"push_messages_lost"`
 	// PushOffersLate counts offers seen in a ping answer whose push never came but whose end
-	// (offer.expired, offer.withdrawn) did: the platform reached them after their window had closed
-	// and pushes no dead offer. Not lost (the path works), but a sign that push lags the window.
+	// (offer.expired, offer.withdrawn) did, or that the driver answered from his ping answer: the
+	// platform reached them after their window had closed and pushes no dead offer. Not lost, but
+	// a sign that push lags the offer window.
 	PushOffersLate int `json:"push_offers_late"`
 	// PushLostExamples names the first few lost messages (what, to whom, the socket's history).
 	PushLostExamples []string `json:"push_lost_examples,omitempty"`
@@ -481,7 +482,7 @@ func (s *Summary) WriteTable(w io.Writer) {
 		row("offers seen by push / ping", "%d / %d (push share %.3f)", s.OffersSeenByPush, s.OffersSeenByPing, s.OfferPushShare)
 		row("push messages / positions", "%d received, %d driver positions to riders", s.PushMessagesReceived, s.DriverPositionsPushed)
 		row("push lost / reconnects / left", "%d lost, %d reconnects (%d failed handshakes), %d connections left", s.PushMessagesLost, s.PushReconnects, s.PushDialFailures, s.PushConnectionsLeft)
-		row("offers reached after their window", "%d (their end came by push, not the offer)", s.PushOffersLate)
+		row("offers pushed too late", "%d (seen by ping, answered or ended, never pushed)", s.PushOffersLate)
 	}
 	row("match latency p50/p99", "%.0f / %.0f ms wall (n=%d, request → first match decision)", s.MatchLatencyP50Ms, s.MatchLatencyP99Ms, s.MatchLatencyCount)
 	if s.SurgeQuotes > 0 {
