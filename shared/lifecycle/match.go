@@ -169,6 +169,9 @@ func (s *Service) Match(ctx context.Context, rideID string, ev *EventRef, pick P
 	if err == nil && budgetSpent {
 		metrics.RideTimeouts.WithLabelValues(ReasonRetryBudget).Inc()
 	}
+	if err == nil && locked != nil {
+		s.confirmOffer(ctx, rideID, locked)
+	}
 	if err != nil && locked != nil && !errors.Is(err, pgstore.ErrCommitUnknown) {
 		// The offer was not recorded: free the driver we locked. When the commit's outcome is
 		// unknown the offer may be PENDING: his lock stays until its window ends, and the offer's
@@ -178,6 +181,17 @@ func (s *Service) Match(ctx context.Context, rideID string, ev *EventRef, pick P
 		}
 	}
 	return outcome, err
+}
+
+// confirmOffer shows the driver the offer now recorded (redisstore.Store.ConfirmOffer): until then
+// his lock only kept other offers away. When Redis does not answer, his ping answers never show it;
+// the push carries it, and the offer's timer ends it if nobody answers.
+func (s *Service) confirmOffer(ctx context.Context, rideID string, o *dispatch.Offer) {
+	ctx, cancel := s.d.Redis.Bounded(context.WithoutCancel(ctx))
+	defer cancel()
+	if _, err := s.d.Redis.ConfirmOffer(ctx, o.DriverID, o.ID); err != nil {
+		s.d.Log.Warn("offer recorded but not shown in ping answers", logging.RideID(rideID), logging.DriverID(o.DriverID), "err", err)
+	}
 }
 
 // unmatch ends a ride nobody could be offered within the retry budget.

@@ -160,10 +160,17 @@ func (s *Store) DriverInfos(ctx context.Context, ids []string) ([]DriverInfo, er
 // atomic step (scripts/lock_offer.lua).
 var lockScript = loadScript(nowLua, availableLua, "lock_offer.lua")
 
+// tentativeMark starts the value of an offer lock whose offer is not recorded yet (LockOffer until
+// ConfirmOffer).
+const tentativeMark = "~"
+
 // LockOffer takes driverID's offer lock holding o for ttl (at least 1 ms), and arms the offer's own
 // timer (P offertimer:{o.OfferID}) for the same deadline. It returns false if
 // another offer holds him or he is no longer available, alive and free of a ride (re-checked
-// atomically). Only the holder of o.OfferID may release it (ReleaseOffer). Errors are CodeUnavailable.
+// atomically). The lock is tentative: it keeps every other offer away, but no ping answer or
+// OfferLock shows it until ConfirmOffer, which match calls once the offer is recorded in
+// PostgreSQL (a transaction that fails, or whose commit is lost, leaves an offer nobody saw).
+// Only the holder of o.OfferID may release it (ReleaseOffer). Errors are CodeUnavailable.
 func (s *Store) LockOffer(ctx context.Context, driverID string, o dispatch.LiveOffer, ttl time.Duration) (bool, error) {
 	value, err := json.Marshal(o)
 	if err != nil {
@@ -171,14 +178,29 @@ func (s *Store) LockOffer(ctx context.Context, driverID string, o dispatch.LiveO
 	}
 	n, err := lockScript.Run(ctx, s.rdb,
 		[]string{s.offerKey(driverID), s.geoKey(), s.DeadlinesKey(), s.driverKey(driverID), s.hbKey(driverID), s.offerTimerKey(o.OfferID)},
-		value, max(ttl.Milliseconds(), 1), driverID).Int()
+		tentativeMark+string(value), max(ttl.Milliseconds(), 1), driverID).Int()
 	if err != nil {
 		return false, unavailable(err)
 	}
 	return n == 1, nil
 }
 
-// OfferLock returns driverID's live offer, or nil when he holds none.
+// confirmScript drops the tentative mark of an offer lock (scripts/confirm_offer.lua).
+var confirmScript = loadScript("confirm_offer.lua")
+
+// ConfirmOffer makes driverID's tentative offer lock of offerID an offer he is shown (ping answers,
+// OfferLock), keeping its deadline. It reports false when the lock no longer holds that offer
+// (it ended, or was released). Errors are CodeUnavailable.
+func (s *Store) ConfirmOffer(ctx context.Context, driverID, offerID string) (bool, error) {
+	n, err := confirmScript.Run(ctx, s.rdb, []string{s.offerKey(driverID)}, offerID).Int()
+	if err != nil {
+		return false, unavailable(err)
+	}
+	return n == 1, nil
+}
+
+// OfferLock returns driverID's live offer, or nil when he holds none or only a tentative one (not
+// confirmed yet).
 func (s *Store) OfferLock(ctx context.Context, driverID string) (*dispatch.LiveOffer, error) {
 	v, err := s.rdb.Get(ctx, s.offerKey(driverID)).Result()
 	if errors.Is(err, redis.Nil) {
@@ -190,8 +212,12 @@ func (s *Store) OfferLock(ctx context.Context, driverID string) (*dispatch.LiveO
 	return decodeOffer(v)
 }
 
-// decodeOffer decodes an offer lock value.
+// decodeOffer decodes an offer lock value: nil for a tentative one (not confirmed: not an offer
+// anybody may be shown yet).
 func decodeOffer(v string) (*dispatch.LiveOffer, error) {
+	if strings.HasPrefix(v, tentativeMark) {
+		return nil, nil
+	}
 	var o dispatch.LiveOffer
 	if err := json.Unmarshal([]byte(v), &o); err != nil {
 		return nil, dispatch.Internal(fmt.Errorf("redisstore: offer lock value: %w", err))

@@ -122,6 +122,9 @@ func testOfferLock(t *testing.T, newStore storeFunc) {
 		if ok, err := s.LockOffer(ctx, "d-1", a, time.Minute); err != nil || !ok {
 			t.Fatalf("first LockOffer = %v, %v; want true, nil", ok, err)
 		}
+		if ok, err := s.ConfirmOffer(ctx, "d-1", a.OfferID); err != nil || !ok {
+			t.Fatalf("ConfirmOffer = %v, %v; want true, nil", ok, err)
+		}
 		if inGeo(t, s, "d-1") {
 			t.Errorf("a locked driver is in the available set; want him out")
 		}

@@ -32,4 +32,30 @@ func TestOfferShownOnlyOnceRecorded(t *testing.T) {
 	if inGeo(t, s, "d-1") {
 		t.Errorf("a driver holding an unconfirmed offer lock is in the available set")
 	}
+	if ok, err := s.ConfirmOffer(ctx, "d-1", "offer-b"); err != nil || ok {
+		t.Errorf("ConfirmOffer of an offer the lock does not hold = %v, %v; want false, nil", ok, err)
+	}
+	if ok, err := s.ConfirmOffer(ctx, "d-1", "offer-a"); err != nil || !ok {
+		t.Fatalf("ConfirmOffer = %v, %v; want true, nil", ok, err)
+	}
+	if res := ping(t, s, "d-1", midtown, time.Now().Add(2*time.Second), dispatch.DriverAvailable); res.Offer == nil || res.Offer.OfferID != "offer-a" {
+		t.Errorf("ping answer after the offer was recorded = %+v; want offer-a", res.Offer)
+	}
+	if o, err := s.OfferLock(ctx, "d-1"); err != nil || o == nil || o.OfferID != "offer-a" {
+		t.Errorf("OfferLock after the offer was recorded = %+v, %v; want offer-a", o, err)
+	}
+	if ok, err := s.ReleaseOffer(ctx, "d-1", "offer-a", true); err != nil || !ok {
+		t.Errorf("ReleaseOffer by the holder = %v, %v; want true, nil", ok, err)
+	}
+
+	// An unconfirmed lock is released by its holder like a confirmed one (a failed transaction).
+	if ok, err := s.LockOffer(ctx, "d-1", liveOffer("offer-c", "ride-c"), time.Minute); err != nil || !ok {
+		t.Fatalf("LockOffer(offer-c) = %v, %v; want true, nil", ok, err)
+	}
+	if ok, err := s.ReleaseOffer(ctx, "d-1", "offer-c", true); err != nil || !ok {
+		t.Errorf("ReleaseOffer of an unconfirmed lock by its holder = %v, %v; want true, nil", ok, err)
+	}
+	if !inGeo(t, s, "d-1") {
+		t.Errorf("the released driver is not back in the available set")
+	}
 }

@@ -3,8 +3,9 @@
 -- checked in the same atomic step. The lock (SET NX PXAT) gives exclusion; the offer's timeout is
 -- its own timer, P offertimer:{offer id}, set to the same deadline and indexed with it, so a new
 -- lock of the same driver never touches an earlier offer's timer. Only if it got the lock does it
--- take him out of the GEO set (so concurrent searches stop finding him). Needs now.lua and
--- available.lua before it.
+-- take him out of the GEO set (so concurrent searches stop finding him). The value carries the
+-- tentative mark: nobody is shown the offer until match has recorded it (confirm_offer.lua).
+-- Needs now.lua and available.lua before it.
 --
 -- KEYS[1] offer_key      P offer:{id}, the offer lock
 -- KEYS[2] geo_key        P geo:available, the GEO set of available drivers
@@ -12,7 +13,7 @@
 -- KEYS[4] driver_key     P driver:{id}, the driver hash
 -- KEYS[5] hb_key         P hb:{id}, the heartbeat
 -- KEYS[6] timer_key      P offertimer:{offer id}, the offer's timer (value: the driver id)
--- ARGV[1] offer_json  the lock's value (dispatch.LiveOffer as JSON)
+-- ARGV[1] offer_json  the lock's value (dispatch.LiveOffer as JSON after the tentative mark "~")
 -- ARGV[2] ttl_ms      the offer window, ms (at least 1)
 -- ARGV[3] driver_id
 -- Returns 1 locked, 0 another offer or a hail pairing holds him, -1 no longer eligible (offline,

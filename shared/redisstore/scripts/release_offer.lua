@@ -28,6 +28,7 @@ redis.call('DEL', timer_key)
 redis.call('ZREM', deadlines_key, timer_key)
 local v = redis.call('GET', offer_key)
 if not v then return 0 end
+if string.sub(v, 1, 1) == '~' then v = string.sub(v, 2) end -- not confirmed yet (confirm_offer.lua)
 local ok, o = pcall(cjson.decode, v)
 if not ok or type(o) ~= 'table' or o['offer_id'] ~= offer_id then return 0 end
 redis.call('DEL', offer_key)
