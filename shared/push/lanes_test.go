@@ -109,8 +109,8 @@ func TestPositionsAreShedBeforeAnythingElseWaits(t *testing.T) {
 		shed := counterValue(t, "flagdown_push_positions_shed_total") - shed0
 		return positionsPosted.Load()+int64(shed) == rides, fmt.Sprintf("%d positions posted + %.0f counted shed, want %d (none lost uncounted)", positionsPosted.Load(), shed, rides)
 	})
-	if got := maxInFlight.Load(); got > 8 {
-		t.Errorf("position posts in flight at once: %d, want a small fixed lane (at most 8)", got)
+	if got := maxInFlight.Load(); got > push.PositionPushers {
+		t.Errorf("position posts in flight at once: %d, want at most the lane's %d pushers", got, push.PositionPushers)
 	}
 	if shed := counterValue(t, "flagdown_push_positions_shed_total") - shed0; shed == 0 {
 		t.Errorf("no position was shed while the gateway held every post")
