@@ -73,9 +73,19 @@ SIGINT/SIGTERM.`,
 				return err
 			}
 			defer stopTracing()
+			if cfg.PprofAddr != "" {
+				prof, err := startPprof(cfg.PprofAddr, log)
+				if err != nil {
+					return err
+				}
+				defer prof.Close()
+			}
 			p, err := startPlatformOn(cmd.Context(), cfg, natsDir, natsPort, log)
 			if err != nil {
 				return err
+			}
+			if cfg.PprofAddr != "" {
+				enableContentionProfiles()
 			}
 			log.Info("flagdown dev ready", "gateway", "http://"+p.Addr(), "map", "http://"+p.Addr()+"/map", "broker", p.natsURL,
 				"schema", p.deps.DB.Schema, "redis_prefix", cfg.RedisPrefix, "functions", len(functionSet))

@@ -1,7 +1,7 @@
 // Package function is the match function: the thin handler over shared/matching. It decodes the
 // event, lets matching (candidate search, scoring, the greedy and batch planners, the
-// widen-the-search rule) and lifecycle (every state change) do the work, pushes a new offer to its
-// driver, counts the outcome in metrics and answers it.
+// widen-the-search rule) and lifecycle (every state change) do the work, starts the push of a new
+// offer to its driver, counts the outcome in metrics and answers it.
 //
 // Triggered by ride.requested, ride.offer.declined, ride.reopened, ride.offer.expired and ride.retry
 // CloudEvents (subject = ride id), and match.batch.due (subject = batch name; see events.Triggers).
@@ -58,12 +58,15 @@ type Function struct {
 	d *app.Deps
 	m *matching.Matcher
 	h http.Handler
+	// offerPushes holds one token per fast offer push in flight (MaxOfferPushesInFlight).
+	offerPushes chan struct{}
 }
 
 // New returns the function over d.
 func New(d *app.Deps) *Function {
 	lc := d.Lifecycle(Source)
-	f := &Function{d: d, m: matching.New(d.Redis, lc, d.Log, matching.ParamsFrom(d.Config))}
+	f := &Function{d: d, m: matching.New(d.Redis, lc, d.Log, matching.ParamsFrom(d.Config)),
+		offerPushes: make(chan struct{}, MaxOfferPushesInFlight)}
 	f.h = host.EventHandler(d.Deps, Consumer, Triggers, f.Handle)
 	return f
 }
@@ -76,10 +79,10 @@ func Handle(w http.ResponseWriter, r *http.Request) { lazy.ServeHTTP(w, r) }
 // ServeHTTP handles a CloudEvent delivered by a trigger.
 func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.h.ServeHTTP(w, r) }
 
-// Handle matches the ride named by the event's subject (matching.Matcher.MatchRide) and pushes a
-// new offer to its driver. It returns OutcomeOffered, OutcomeNoDriver, OutcomeUnmatched,
-// OutcomeDuplicate (event already handled) or OutcomeNotNeeded (the ride is no longer REQUESTED or
-// already has a live offer); in batch mode a ride event instead puts the ride into the batch
+// Handle matches the ride named by the event's subject (matching.Matcher.MatchRide) and starts the
+// push of a new offer to its driver (without waiting for it). It returns OutcomeOffered,
+// OutcomeNoDriver, OutcomeUnmatched, OutcomeDuplicate (event already handled) or OutcomeNotNeeded
+// (the ride is no longer REQUESTED or already has a live offer); in batch mode a ride event instead puts the ride into the batch
 // (OutcomeJoined). A match.batch.due event runs its window in either mode (RunBatch), so rides
 // still waiting when the mode is switched back to greedy are matched.
 func (f *Function) Handle(ctx context.Context, e event.Event) (outcome string, err error) {

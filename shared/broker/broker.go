@@ -70,6 +70,9 @@ type Broker struct {
 	stream    string
 	dlqStream string
 	prefix    string
+	// url and nopts are how nc was made, for Dedicated.
+	url   string
+	nopts []nats.Option
 }
 
 // Connect connects to the NATS server at url and makes sure two streams exist: stream, on the
@@ -101,7 +104,7 @@ func Connect(ctx context.Context, url, stream, subjectPrefix string, opts ...Opt
 		nc.Close()
 		return nil, fmt.Errorf("broker: jetstream: %w", err)
 	}
-	b := &Broker{nc: nc, js: js, stream: stream, dlqStream: stream + "_DLQ", prefix: subjectPrefix}
+	b := &Broker{nc: nc, js: js, stream: stream, dlqStream: stream + "_DLQ", prefix: subjectPrefix, url: url, nopts: nopts}
 	streams := []jetstream.StreamConfig{
 		{
 			Name:        b.stream,
@@ -136,6 +139,27 @@ func Connect(ctx context.Context, url, stream, subjectPrefix string, opts ...Opt
 		}
 	}
 	return b, nil
+}
+
+// Dedicated returns a Broker on a NATS connection of its own, named name, to the same server with
+// the same credentials, streams and subjects; it neither creates nor updates a stream. A
+// Dispatcher consumes each trigger on one (its fetches and acks never queue behind another
+// trigger's, nor behind the relay's publishes, on one connection's lock and socket). Close it
+// when done.
+func (b *Broker) Dedicated(name string) (*Broker, error) {
+	opts := append(append([]nats.Option(nil), b.nopts...), nats.Name(name))
+	nc, err := nats.Connect(b.url, opts...)
+	if err != nil {
+		return nil, dispatch.Unavailable("nats", fmt.Errorf("broker: connect %s (%s): %w", b.url, name, err))
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("broker: jetstream (%s): %w", name, err)
+	}
+	d := *b
+	d.nc, d.js = nc, js
+	return &d, nil
 }
 
 // validSubject reports whether s is a literal NATS subject: dot-separated non-empty tokens without

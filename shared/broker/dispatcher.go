@@ -185,7 +185,9 @@ type item struct {
 
 // runner is the state of one trigger while the Dispatcher runs.
 type runner struct {
-	d      *Dispatcher
+	d *Dispatcher
+	// conn is the trigger's own connection (Broker.Dedicated): its consumer's fetches and acks.
+	conn   *Broker
 	t      Trigger
 	ce     ceclient.Client
 	queues []chan item
@@ -269,20 +271,29 @@ func (d *Dispatcher) start(ctx, workCtx context.Context, t Trigger) (*runner, er
 			types[typ] = true
 		}
 	}
-	cons, err := d.b.js.CreateOrUpdateConsumer(ctx, d.b.stream, cfg)
+	// Each trigger consumes on a connection of its own: match's fetches and acks never wait for
+	// notify's, or for the relay's publishes, on one connection.
+	conn, err := d.b.Dedicated("flagdown-" + name)
 	if err != nil {
+		return nil, err
+	}
+	cons, err := conn.js.CreateOrUpdateConsumer(ctx, d.b.stream, cfg)
+	if err != nil {
+		conn.Close()
 		return nil, fmt.Errorf("broker: consumer %s on %s: %w", name, d.b.stream, err)
 	}
 	p, err := cehttp.New(cehttp.WithTarget(t.URL))
 	if err != nil {
+		conn.Close()
 		return nil, fmt.Errorf("broker: trigger %s: http protocol: %w", t.Name, err)
 	}
 	p.Client = d.hc
 	ce, err := ceclient.New(p)
 	if err != nil {
+		conn.Close()
 		return nil, fmt.Errorf("broker: trigger %s: cloudevents client: %w", t.Name, err)
 	}
-	r := &runner{d: d, t: t, ce: ce, types: types}
+	r := &runner{d: d, conn: conn, t: t, ce: ce, types: types}
 	for i := 0; i < d.workers; i++ {
 		q := make(chan item, 4)
 		r.queues = append(r.queues, q)
@@ -301,6 +312,7 @@ func (d *Dispatcher) start(ctx, workCtx context.Context, t Trigger) (*runner, er
 		}))
 	if err != nil {
 		r.closeQueues()
+		conn.Close()
 		return nil, fmt.Errorf("broker: consume %s: %w", name, err)
 	}
 	r.cc = cc
@@ -341,6 +353,7 @@ func (r *runner) stop() {
 	}
 	r.closeQueues()
 	r.wg.Wait()
+	r.conn.Close() // after the workers: their acks and naks go out on it
 }
 
 // closeQueues ends the workers once no more messages can be routed.

@@ -232,6 +232,9 @@ type Config struct {
 
 	// Addr is where flagdown dev serves the functions (the gateway address).
 	Addr string `env:"FLAGDOWN_ADDR" envDefault:"127.0.0.1:8080"`
+	// PprofAddr, when set, is where flagdown dev serves net/http/pprof (CPU, heap, goroutine, block
+	// and mutex profiles) on a listener of its own, never on the gateway; empty: no profiling.
+	PprofAddr string `env:"FLAGDOWN_PPROF_ADDR"`
 	// LogFormat is the format of every log line (shared/logging): json (one object per line, the
 	// default) or text (key=value, for a human at a terminal).
 	LogFormat string `env:"FLAGDOWN_LOG_FORMAT" envDefault:"json"`

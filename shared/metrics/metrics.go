@@ -151,6 +151,14 @@ var (
 		Help: "Messages posted to phone connections, by result (posted, gone, failed).",
 	}, []string{"result"})
 
+	// PushPositionsShed counts driver positions the position lane shed instead of pushing, by reason
+	// (queue_full: the oldest waiting made room for a newer one; late: it waited past its timeout).
+	// Only positions are ever shed; offers and ride statuses never go through the lane.
+	PushPositionsShed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flagdown_push_positions_shed_total",
+		Help: "Driver position pushes shed by the position lane instead of pushed, by reason (queue_full, late).",
+	}, []string{"reason"})
+
 	// EventsRefused counts events a consumer refused before acting, by function and reason
 	// (shared/internalauth: unsigned, malformed_signature, unknown_key, bad_signature, too_old,
 	// future_time; not_configured when the function has no verification keys).
@@ -199,6 +207,7 @@ var Families = []string{
 	"flagdown_hail_presses_total",
 	"flagdown_surge_multiplier",
 	"flagdown_push_messages_total",
+	"flagdown_push_positions_shed_total",
 	"flagdown_events_refused_total",
 	"flagdown_redis_degraded_total",
 	"flagdown_redis_generations_total",
@@ -212,7 +221,7 @@ func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		HTTPRequests, HTTPDuration, MatchOutcomes, MatchDuration, MatchModeDecisions, OfferResponses, TimerLateness,
 		OutboxPublished, TriggerDeliveries, TriggerRetries, TriggerDeadLetters, ReconcileRepairs,
-		RideTimeouts, OfflineBrakeEngaged, Pings, HailPresses, SurgeMultiplier, PushMessages, EventsRefused,
+		RideTimeouts, OfflineBrakeEngaged, Pings, HailPresses, SurgeMultiplier, PushMessages, PushPositionsShed, EventsRefused,
 		RedisDegraded, RedisGenerations,
 	}
 }
@@ -223,6 +232,10 @@ func init() {
 	// Every check's series exists from the start, at 0, so an outage shows as a rise.
 	for _, check := range []string{"rate_limit", "pricing", "ride_view", "effects"} {
 		RedisDegraded.WithLabelValues(check)
+	}
+	// So do the position lane's shed counts (reasons: shared/push ShedQueueFull, ShedLate).
+	for _, reason := range []string{"queue_full", "late"} {
+		PushPositionsShed.WithLabelValues(reason)
 	}
 }
 

@@ -231,6 +231,18 @@ func NewManagement(endpoint, region string, creds aws.CredentialsProvider, hc *h
 	return m, nil
 }
 
+// Derive returns a client of m's endpoint with m's region, credentials and retry waits that sends
+// with hc and makes at most maxAttempts attempts (at least 1): a lane of its own, e.g. the position
+// lane's (Pusher.PositionsAsync), whose connections and retries never hold m's.
+func (m *Management) Derive(hc *http.Client, maxAttempts int) *Management {
+	d := *m
+	if hc != nil {
+		d.hc = hc
+	}
+	d.maxAttempts = max(1, maxAttempts)
+	return &d
+}
+
 // ManagementFromEnv returns a client of the management API at endpoint with the region and the
 // credentials of the AWS SDK's default chain (config.LoadDefaultConfig: AWS_REGION,
 // AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, shared config files, web identity,

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/flagdown/flagdown/shared/auth"
@@ -37,7 +36,11 @@ type Pusher struct {
 	gw       gateway
 	mobile   Mobile
 	log      *slog.Logger
-	inflight atomic.Int64
+	// laneGW is the position lane's management client: gw's endpoint and credentials with keep-alive
+	// connections of its own and one attempt per post (PositionsAsync).
+	laneGW   gateway
+	laneOnce sync.Once
+	lane     chan queuedPosition
 }
 
 // NewPusher returns a Pusher over reg that posts through gw (nil: push is off, every Send delivers
@@ -46,6 +49,7 @@ func NewPusher(reg *Registry, gw *Management, mob Mobile, log *slog.Logger) *Pus
 	p := &Pusher{Registry: reg, log: log}
 	if gw != nil {
 		p.gw = gw
+		p.laneGW = gw.Derive(HTTPClient(), 1)
 	}
 	if mob != nil && mob.Enabled() {
 		p.mobile = mob
@@ -116,7 +120,13 @@ func (p *Pusher) SendTo(ctx context.Context, u User, connID string, m Message) e
 }
 
 func (p *Pusher) post(ctx context.Context, u User, connID string, body []byte) error {
-	err := p.gw.PostToConnection(ctx, connID, body)
+	return p.postVia(ctx, p.gw, u, connID, body)
+}
+
+// postVia posts body to connection connID of u through gw, counts the result and drops a
+// connection the gateway says is gone.
+func (p *Pusher) postVia(ctx context.Context, gw gateway, u User, connID string, body []byte) error {
+	err := gw.PostToConnection(ctx, connID, body)
 	switch {
 	case err == nil:
 		metrics.PushMessages.WithLabelValues("posted").Inc()
@@ -172,53 +182,118 @@ type PositionUpdate struct {
 	At time.Time
 }
 
-// MaxPositionBatchesInFlight bounds the PositionsAsync calls running at once in a process; past it
-// updates are dropped (a position is worth little once the next one is due).
-const MaxPositionBatchesInFlight = 64
+// The position lane: driver positions are decoration (the next one follows within the push
+// interval), so they go through a lane of their own that can never grow into the traffic that
+// matters (offers, ride statuses): a fixed number of pushers, a bounded queue, and shedding, the
+// oldest waiting position first, when the queue is full. Every shed position is counted in
+// flagdown_push_positions_shed_total; an offer or a status is never shed (they do not use the lane).
+const (
+	// PositionPushers is how many goroutines of a process push driver positions: the lane's width,
+	// whatever the ping rate.
+	PositionPushers = 4
+	// MaxQueuedPositions is how many positions may wait for a pusher; past it the oldest waiting one
+	// is shed to make room.
+	MaxQueuedPositions = 256
+)
 
-// PositionsAsync runs Positions in the background within timeout, unless
-// MaxPositionBatchesInFlight are running already: then ups are dropped. It never blocks.
+// Reasons a position is shed (the reason label of metrics.PushPositionsShed).
+const (
+	// ShedQueueFull: the lane's queue was full; the oldest waiting position made room for a newer one.
+	ShedQueueFull = "queue_full"
+	// ShedLate: the position waited in the queue past its timeout.
+	ShedLate = "late"
+)
+
+// queuedPosition is a position waiting in the lane, with the time after which it is not worth pushing.
+type queuedPosition struct {
+	up       PositionUpdate
+	deadline time.Time
+}
+
+// PositionsAsync queues ups for the position lane (PositionPushers pushers, at most
+// MaxQueuedPositions waiting) and returns at once: it never blocks and never starts a goroutine
+// per call. A position still waiting after timeout is shed; when the queue is full the oldest
+// waiting position is shed to make room. Shed positions are counted (metrics.PushPositionsShed).
+// The lane posts through a management client of its own (its own keep-alive connections, one
+// attempt per post), so offers and ride statuses never wait behind positions for a connection.
 func (p *Pusher) PositionsAsync(ups []PositionUpdate, timeout time.Duration) {
 	if !p.Enabled() || len(ups) == 0 {
 		return
 	}
-	if p.inflight.Add(1) > MaxPositionBatchesInFlight {
-		p.inflight.Add(-1)
-		return
+	p.laneOnce.Do(p.startLane)
+	deadline := time.Now().Add(timeout)
+	for _, up := range ups {
+		q := queuedPosition{up: up, deadline: deadline}
+		for {
+			select {
+			case p.lane <- q:
+			default:
+				// Full: shed the oldest waiting position (a pusher may have taken it meanwhile:
+				// then there is room and nothing is shed), and try again.
+				select {
+				case <-p.lane:
+					metrics.PushPositionsShed.WithLabelValues(ShedQueueFull).Inc()
+				default:
+				}
+				continue
+			}
+			break
+		}
 	}
-	go func() {
-		defer p.inflight.Add(-1)
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		p.Positions(ctx, ups)
-	}()
 }
 
-// MaxParallelPositions bounds the position pushes one call of Positions runs at once.
-const MaxParallelPositions = 8
-
-// Positions pushes each update to its ride's rider (Registry.RideRider; nothing when none is
-// recorded), at most MaxParallelPositions at a time, and returns when all are done or ctx ends.
-// Failures are logged, not returned: the next position follows within the push interval.
-func (p *Pusher) Positions(ctx context.Context, ups []PositionUpdate) {
-	if !p.Enabled() || len(ups) == 0 {
-		return
-	}
-	sem := make(chan struct{}, MaxParallelPositions)
-	var wg sync.WaitGroup
-	for _, up := range ups {
-		sem <- struct{}{}
-		wg.Add(1)
+// startLane starts the position lane's pushers. They live as long as the process, as the Pusher.
+func (p *Pusher) startLane() {
+	p.lane = make(chan queuedPosition, MaxQueuedPositions)
+	for range PositionPushers {
 		go func() {
-			defer func() { <-sem; wg.Done() }()
-			rider, err := p.Registry.RideRider(ctx, up.Data.RideID)
-			if err != nil || rider == "" {
-				return
-			}
-			if _, err := p.Send(ctx, User{Role: auth.RoleRider, ID: rider}, DriverPositionMessage(up.Data, up.At)); err != nil {
-				p.log.Debug("push: driver position", "ride_id", up.Data.RideID, "err", err)
+			for q := range p.lane {
+				if time.Now().After(q.deadline) {
+					metrics.PushPositionsShed.WithLabelValues(ShedLate).Inc()
+					continue
+				}
+				ctx, cancel := context.WithDeadline(context.Background(), q.deadline)
+				p.position(ctx, q.up)
+				cancel()
 			}
 		}()
 	}
-	wg.Wait()
+}
+
+// Positions pushes each update to its ride's rider (Registry.RideRider; nothing when none is
+// recorded), one after the other through the position lane's management client, and returns when
+// all are done or ctx ends. Failures are logged, not returned: the next position follows within
+// the push interval.
+func (p *Pusher) Positions(ctx context.Context, ups []PositionUpdate) {
+	if !p.Enabled() {
+		return
+	}
+	for _, up := range ups {
+		if ctx.Err() != nil {
+			return
+		}
+		p.position(ctx, up)
+	}
+}
+
+// position pushes one driver position to his ride's rider through the lane's management client.
+func (p *Pusher) position(ctx context.Context, up PositionUpdate) {
+	rider, err := p.Registry.RideRider(ctx, up.Data.RideID)
+	if err != nil || rider == "" {
+		return
+	}
+	u := User{Role: auth.RoleRider, ID: rider}
+	conns, err := p.Registry.Connections(ctx, u)
+	if err != nil || len(conns) == 0 {
+		return
+	}
+	body, err := DriverPositionMessage(up.Data, up.At).Encode()
+	if err != nil {
+		return
+	}
+	for _, c := range conns {
+		if err := p.postVia(ctx, p.laneGW, u, c, body); err != nil && !IsGone(err) {
+			p.log.Debug("push: driver position", "ride_id", up.Data.RideID, "err", err)
+		}
+	}
 }
