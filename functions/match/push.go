@@ -6,6 +6,7 @@ import (
 
 	"github.com/flagdown/flagdown/shared/auth"
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/metrics"
 	"github.com/flagdown/flagdown/shared/push"
 )
 
@@ -31,6 +32,7 @@ func (f *Function) pushOffer(ctx context.Context, o dispatch.LiveOffer, driverID
 	select {
 	case f.offerPushes <- struct{}{}:
 	default:
+		metrics.PushMessages.WithLabelValues("skipped").Inc()
 		f.d.Log.Debug("push offer skipped: too many in flight (notify pushes it from ride.offered)", "ride_id", o.RideID, "driver_id", driverID)
 		return
 	}

@@ -148,7 +148,7 @@ var (
 	// PushMessages counts messages to phones by result: posted, gone, failed.
 	PushMessages = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flagdown_push_messages_total",
-		Help: "Messages posted to phone connections, by result (posted, gone, failed).",
+		Help: "Messages posted to phone connections, by result (posted, gone, failed; skipped: an offer's fast push from match not started because too many were in flight, left to notify).",
 	}, []string{"result"})
 
 	// PushPositionsShed counts driver positions the position lane shed instead of pushing, by reason
