@@ -18,6 +18,7 @@ func newChaosCmd() *cobra.Command {
 	if u := os.Getenv("DATABASE_URL"); u != "" {
 		o.DatabaseURL = u
 	}
+	faults := "all"
 	cmd := &cobra.Command{
 		Use:   "chaos",
 		Short: "Replay real trips while killing and restarting the platform, Redis and the relay; then check nothing was lost",
@@ -46,6 +47,9 @@ the run's logs and stores are then kept (the path is printed).`,
 			if o.Binary == "" {
 				o.Binary = exe
 			}
+			if o.Kinds, err = chaos.ParseKinds(faults); err != nil {
+				return err
+			}
 			o.Out = cmd.OutOrStdout()
 			sum, err := chaos.Run(cmd.Context(), o)
 			if err != nil && sum != nil && !sum.Pass {
@@ -65,6 +69,11 @@ the run's logs and stores are then kept (the path is printed).`,
 	f.DurationVar(&o.ReconcileInterval, "reconcile-interval", o.ReconcileInterval, "FLAGDOWN_RECONCILE_INTERVAL of the platform")
 	f.DurationVar(&o.Grace, "grace", o.Grace, "grace of the invariant check and of a ride legitimately waiting")
 	f.StringVar(&o.TripsPath, "trips", o.TripsPath, "trips CSV")
+	f.DurationVar(&o.HeartbeatTTL, "heartbeat-ttl", o.HeartbeatTTL, "FLAGDOWN_HEARTBEAT_TTL of the platform")
+	f.DurationVar(&o.RedisStop, "redis-stop", o.RedisStop, "how long a redis_sigstop fault freezes Redis (longer than the heartbeat TTL)")
+	f.Float64Var(&o.OfflineProbPerHour, "offline-prob", o.OfflineProbPerHour, "probability a simulated driver stops pinging for good within a simulated hour")
+	f.DurationVar(&o.InvariantEvery, "invariant-every", o.InvariantEvery, "wall time between two invariant checks during the run")
+	f.StringVar(&faults, "faults", faults, "comma-separated fault kinds to inject (each at least once), or all")
 	f.StringVar(&o.SummaryPath, "summary", o.SummaryPath, "where to write the JSON summary (empty: none)")
 	f.StringVar(&o.DatabaseURL, "database-url", o.DatabaseURL, "PostgreSQL (default DATABASE_URL); the run uses a fresh schema and drops it after a pass")
 	f.StringVar(&o.RedisServer, "redis-server", "", "redis-server executable (default: found on PATH)")

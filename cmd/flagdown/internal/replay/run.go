@@ -200,6 +200,11 @@ loop:
 	}
 	sum := s.summary(nextTrip, skipped, pingWall)
 	sum.ActionRetries, sum.ActionsUnanswered = s.actionRetries, s.actionsPending
+	for _, d := range s.drivers {
+		if d.rideID != "" {
+			sum.RidesInHand = append(sum.RidesInHand, d.rideID)
+		}
+	}
 	var truthErr error
 	if !interrupted && opts.GroundTruth {
 		if truthErr = s.groundTruthInto(ctx, sum); ctx.Err() != nil {

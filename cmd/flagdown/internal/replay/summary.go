@@ -365,6 +365,9 @@ type Summary struct {
 	// replay ended.
 	ActionRetries     int `json:"action_retries"`
 	ActionsUnanswered int `json:"actions_unanswered"`
+	// RidesInHand are the rides a simulated driver still held (accepting, driving to the pickup or
+	// the dropoff) when the replay stopped: they are ACCEPTED or IN_PROGRESS for a reason.
+	RidesInHand []string `json:"-"`
 	// TripsInWindow is how many trips of the file fall in the replay window.
 	TripsInWindow int `json:"trips_in_window"`
 	// TripsSkippedRows is how many CSV rows failed to parse.

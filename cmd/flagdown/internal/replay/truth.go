@@ -228,7 +228,7 @@ func judge(in truthInput) GroundTruth {
 		if d.pingingAt(x.at) {
 			if !falseOffline[d.id] {
 				falseOffline[d.id] = true
-				example("false_offline_drivers", d.id+" "+x.kind)
+				example("false_offline_drivers", d.id+" "+x.kind+" at "+x.at.UTC().Format("15:04:05.0"))
 			}
 			switch x.kind {
 			case "ride_reopened":
