@@ -258,6 +258,8 @@ type run struct {
 	// is the last scrape of the running one.
 	repairsBase, repairsLast map[string]float64
 	lastScrape               time.Time
+	// replaySum is the replay's summary (its ground truth is judged again after the settle).
+	replaySum *replay.Summary
 }
 
 // outageBegin records that what went away now; the returned func records its end.
@@ -599,6 +601,7 @@ func (r *run) exercise(ctx context.Context) error {
 	}
 	// A replay error with its ground truth judged is the ground truth's counts: check reports them.
 	r.sum.takeReplay(res.sum)
+	r.replaySum = res.sum
 	settle := 2*r.opts.ReconcileInterval + r.opts.Grace + 2*time.Second
 	r.logf("replay done (%d rides requested); settling %s (2 × reconcile interval + grace + 2 s)", r.sum.RidesRequested, settle)
 	deadline := time.Now().Add(settle)

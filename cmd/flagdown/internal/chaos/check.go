@@ -171,13 +171,18 @@ func (s *Summary) takeReplay(rs *replay.Summary) {
 	}
 	s.ActionRetries, s.ActionsUnanswered = rs.ActionRetries, rs.ActionsUnanswered
 	if g := rs.GroundTruth; g != nil {
-		s.GroundTruth = g
-		s.FalseOfflineDrivers, s.MissedOfflineDrivers, s.FalseReopens = g.FalseOfflineDrivers, g.MissedOfflineDrivers, g.FalseReopens
-		s.FalseTripAlerts, s.AckedNotReflected = g.FalseTripAlerts, g.AckedNotReflected
-		s.OfflineDetectionP50S, s.OfflineDetectionP99S = g.OfflineDetectionP50S, g.OfflineDetectionP99S
+		s.takeGroundTruth(g)
 	} else {
 		s.Failures = append(s.Failures, "ground truth not judged: "+rs.GroundTruthError)
 	}
+}
+
+// takeGroundTruth records the replay's ground truth.
+func (s *Summary) takeGroundTruth(g *replay.GroundTruth) {
+	s.GroundTruth = g
+	s.FalseOfflineDrivers, s.MissedOfflineDrivers, s.FalseReopens = g.FalseOfflineDrivers, g.MissedOfflineDrivers, g.FalseReopens
+	s.FalseTripAlerts, s.AckedNotReflected = g.FalseTripAlerts, g.AckedNotReflected
+	s.OfflineDetectionP50S, s.OfflineDetectionP99S = g.OfflineDetectionP50S, g.OfflineDetectionP99S
 }
 
 // check runs the end-of-run checks against the run's PostgreSQL schema and Redis prefix.
@@ -195,6 +200,14 @@ func (r *run) check(ctx context.Context) error {
 		return fmt.Errorf("chaos: open the stores for the check: %w", err)
 	}
 	defer d.Close()
+	if r.replaySum != nil && r.replaySum.GroundTruth != nil {
+		// Judged again after the settle: the drivers whose deadline fell after the replay's end.
+		if err := r.replaySum.Rejudge(ctx, r.cfg, r.outageList()); err != nil {
+			r.sum.Failures = append(r.sum.Failures, err.Error())
+		} else {
+			r.sum.takeGroundTruth(r.replaySum.GroundTruth)
+		}
+	}
 	rep, err := invariants.Check(ctx, d.DB, d.Redis, r.opts.Grace)
 	if err != nil {
 		return fmt.Errorf("chaos: invariants: %w", err)

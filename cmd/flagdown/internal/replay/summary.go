@@ -368,6 +368,8 @@ type Summary struct {
 	// RidesInHand are the rides a simulated driver still held (accepting, driving to the pickup or
 	// the dropoff) when the replay stopped: they are ACCEPTED or IN_PROGRESS for a reason.
 	RidesInHand []string `json:"-"`
+	// truth is the replay's side of its ground truth (Rejudge).
+	truth truthInput
 	// TripsInWindow is how many trips of the file fall in the replay window.
 	TripsInWindow int `json:"trips_in_window"`
 	// TripsSkippedRows is how many CSV rows failed to parse.

@@ -413,7 +413,9 @@ func (s *sim) groundTruthInto(ctx context.Context, sum *Summary) error {
 			return err
 		}
 	}
-	in := s.truthInput()
+	sum.truth = s.truthInput()
+	in := sum.truth
+	in.decisions = append([]offlineDecision{}, in.decisions...)
 	if err := readTruth(ctx, cfg, &in, sum.RideIDs); err != nil {
 		sum.GroundTruthError = err.Error()
 		return fmt.Errorf("ground truth: %w", err)
@@ -438,4 +440,23 @@ func (s *sim) truthInput() truthInput {
 		}
 	}
 	return in
+}
+
+// Rejudge reads the platform's decisions again from the PostgreSQL and Redis of cfg and replaces
+// s.GroundTruth with the verdict on what the replay knew at its end, judged with outages: a run
+// that kept the platform going after the replay (the chaos run's settle) judges the drivers whose
+// deadline fell after the replay's end. It fails when the replay did not judge its ground truth.
+func (s *Summary) Rejudge(ctx context.Context, cfg *config.Config, outages []Outage) error {
+	if s.GroundTruth == nil {
+		return fmt.Errorf("ground truth: the replay did not judge it (%s)", s.GroundTruthError)
+	}
+	in := s.truth
+	in.decisions = append([]offlineDecision{}, in.decisions...)
+	in.outages = outages
+	if err := readTruth(ctx, cfg, &in, s.RideIDs); err != nil {
+		return fmt.Errorf("ground truth: %w", err)
+	}
+	g := judge(in)
+	s.GroundTruth = &g
+	return nil
 }
