@@ -33,10 +33,14 @@ from the broker's stream shuffled under new message ids (duplicated, reordered d
 second relay crashes after publishing a row and before marking it
 (FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH) and is restarted each time.
 
-Once the trips are sent it stops injecting, lets the replay drain and the platform settle (twice
-the reconcile interval plus the grace), then checks every invariant of flagdown verify (all must be
-0), that every ride the replay was given is in PostgreSQL (rides lost = 0), and that every ride is
-terminal or legitimately waiting. It prints a table, writes --summary, and exits 1 on any failure;
+It also freezes Redis with SIGSTOP for --redis-stop (longer than --heartbeat-ttl) and checks that
+flagdown applies notify-keyspace-events after every Redis start (Redis runs without it). Every
+--invariant-every it checks the invariants of flagdown verify. Once the trips are sent it stops
+injecting, lets the replay drain and the platform settle (twice the reconcile interval plus the
+grace), then fails unless the replay's ground truth counts no driver taken offline while pinging,
+none missed, no re-opening or trip alert without cause and no acknowledged action missing from
+PostgreSQL, every invariant was 0 during the run and is 0 at the end, the dead-letter stream is
+empty, and every ride is in PostgreSQL and terminal or legitimately waiting. It prints a table, writes --summary, and exits 1 on any failure;
 the run's logs and stores are then kept (the path is printed).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

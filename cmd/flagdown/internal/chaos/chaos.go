@@ -13,18 +13,26 @@
 // Faults (see Kinds): SIGKILL and restart of the platform; a restart of the platform with its host
 // clock 2 s ahead or behind (FLAGDOWN_FAULT_CLOCK_OFFSET); SIGKILL and restart of the second expiry
 // source; CLIENT KILL TYPE pubsub on Redis; a Redis restart losing its data (SHUTDOWN NOSAVE) or
-// keeping it (SHUTDOWN SAVE); the second relay exiting after a publish and before the mark
+// keeping it (SHUTDOWN SAVE), after which flagdown must apply notify-keyspace-events again (Redis
+// runs without it on its command line); Redis frozen with SIGSTOP for Options.RedisStop, longer
+// than the heartbeat TTL; the second relay exiting after a publish and before the mark
 // (FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH, restarted about a fault interval later, armed again); and events already in the broker's
 // stream published again in shuffled order under new message ids (duplicated and reordered
 // deliveries). Each scheduled kind is injected at least once, in a seeded order, one at a time, every
 // Options.FaultInterval (±50 %), until the trips have been sent or Options.MaxFaults.
 //
-// Then the controller stops injecting, lets the replay drain, keeps the platform running for twice
-// the reconcile interval plus the grace, and checks: invariants.Check reports 0 on every invariant,
-// every ride the replay was given exists in PostgreSQL (rides lost = 0), and every ride is terminal
-// (COMPLETED, CANCELLED, UNMATCHED) or legitimately waiting (REQUESTED with a PENDING offer, a retry
-// timer or a change within the grace; ACCEPTED/IN_PROGRESS with its driver's assignment row); a ride
-// that looks stuck is judged again 5 s later and counts as stuck only if it is still so, unchanged.
+// While the trips run, invariants.Check runs every Options.InvariantEvery (outside outages and the
+// grace after them). Then the controller stops injecting, lets the replay drain, keeps the platform
+// running for twice the reconcile interval plus the grace, and the verdict fails unless: the
+// replay's ground truth (replay.GroundTruth, judged again after the settle) counts no driver taken
+// offline while pinging, none missed, no re-opening or trip alert without cause and no acknowledged
+// action missing from PostgreSQL; every invariant was 0 during the run and is 0 at the end; the
+// dead-letter stream is empty; notify-keyspace-events was re-applied after every Redis start; every
+// ride the replay was given exists in PostgreSQL (rides lost = 0) and is terminal (COMPLETED,
+// CANCELLED, UNMATCHED) or legitimately waiting (REQUESTED with a PENDING offer, a retry timer or a
+// change within the grace; ACCEPTED/IN_PROGRESS held by a replay driver when the replay stopped, or
+// changed within the grace); a ride that looks stuck is judged again 5 s later and counts as stuck
+// only if it is still so, unchanged. Reconcile's repairs are reported per kind.
 package chaos
 
 import (

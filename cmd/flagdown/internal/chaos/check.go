@@ -25,7 +25,9 @@ const maxExamples = 10
 // Summary is what a chaos run injected, lost and found; it is written as JSON to
 // Options.SummaryPath and printed as a table.
 type Summary struct {
-	// Pass is true when the run completed, no ride was lost or stuck, and every invariant holds.
+	// Pass is true when the run completed and nothing in Failures was found: the ground truth's
+	// counts, invariants during the run and at the end, dead letters, notifications, rides lost or
+	// stuck, fault kinds never injected.
 	Pass bool `json:"pass"`
 	// Failures says why Pass is false (empty when it is true).
 	Failures []string `json:"failures"`
