@@ -18,6 +18,7 @@ func newChaosCmd() *cobra.Command {
 	if u := os.Getenv("DATABASE_URL"); u != "" {
 		o.DatabaseURL = u
 	}
+	faults := "all"
 	cmd := &cobra.Command{
 		Use:   "chaos",
 		Short: "Replay real trips while killing and restarting the platform, Redis and the relay; then check nothing was lost",
@@ -32,10 +33,14 @@ from the broker's stream shuffled under new message ids (duplicated, reordered d
 second relay crashes after publishing a row and before marking it
 (FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH) and is restarted each time.
 
-Once the trips are sent it stops injecting, lets the replay drain and the platform settle (twice
-the reconcile interval plus the grace), then checks every invariant of flagdown verify (all must be
-0), that every ride the replay was given is in PostgreSQL (rides lost = 0), and that every ride is
-terminal or legitimately waiting. It prints a table, writes --summary, and exits 1 on any failure;
+It also freezes Redis with SIGSTOP for --redis-stop (longer than --heartbeat-ttl) and checks that
+flagdown applies notify-keyspace-events after every Redis start (Redis runs without it). Every
+--invariant-every it checks the invariants of flagdown verify. Once the trips are sent it stops
+injecting, lets the replay drain and the platform settle (twice the reconcile interval plus the
+grace), then fails unless the replay's ground truth counts no driver taken offline while pinging,
+none missed, no re-opening or trip alert without cause and no acknowledged action missing from
+PostgreSQL, every invariant was 0 during the run and is 0 at the end, the dead-letter stream is
+empty, and every ride is in PostgreSQL and terminal or legitimately waiting. It prints a table, writes --summary, and exits 1 on any failure;
 the run's logs and stores are then kept (the path is printed).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -45,6 +50,9 @@ the run's logs and stores are then kept (the path is printed).`,
 			}
 			if o.Binary == "" {
 				o.Binary = exe
+			}
+			if o.Kinds, err = chaos.ParseKinds(faults); err != nil {
+				return err
 			}
 			o.Out = cmd.OutOrStdout()
 			sum, err := chaos.Run(cmd.Context(), o)
@@ -65,6 +73,11 @@ the run's logs and stores are then kept (the path is printed).`,
 	f.DurationVar(&o.ReconcileInterval, "reconcile-interval", o.ReconcileInterval, "FLAGDOWN_RECONCILE_INTERVAL of the platform")
 	f.DurationVar(&o.Grace, "grace", o.Grace, "grace of the invariant check and of a ride legitimately waiting")
 	f.StringVar(&o.TripsPath, "trips", o.TripsPath, "trips CSV")
+	f.DurationVar(&o.HeartbeatTTL, "heartbeat-ttl", o.HeartbeatTTL, "FLAGDOWN_HEARTBEAT_TTL of the platform")
+	f.DurationVar(&o.RedisStop, "redis-stop", o.RedisStop, "how long a redis_sigstop fault freezes Redis (longer than the heartbeat TTL)")
+	f.Float64Var(&o.OfflineProbPerHour, "offline-prob", o.OfflineProbPerHour, "probability a simulated driver stops pinging for good within a simulated hour")
+	f.DurationVar(&o.InvariantEvery, "invariant-every", o.InvariantEvery, "wall time between two invariant checks during the run")
+	f.StringVar(&faults, "faults", faults, "comma-separated fault kinds to inject (each at least once), or all")
 	f.StringVar(&o.SummaryPath, "summary", o.SummaryPath, "where to write the JSON summary (empty: none)")
 	f.StringVar(&o.DatabaseURL, "database-url", o.DatabaseURL, "PostgreSQL (default DATABASE_URL); the run uses a fresh schema and drops it after a pass")
 	f.StringVar(&o.RedisServer, "redis-server", "", "redis-server executable (default: found on PATH)")

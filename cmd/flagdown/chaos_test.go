@@ -11,23 +11,106 @@ import (
 
 	"github.com/flagdown/flagdown/cmd/flagdown/internal/chaos"
 	"github.com/flagdown/flagdown/internal/testkit"
+	"github.com/flagdown/flagdown/shared/invariants"
+	"github.com/flagdown/flagdown/shared/pgstore"
 )
 
 // TestChaosShort is the short chaos run of `make test`: about a minute of real trips through the
 // flagdown binary's platform while every fault kind is injected at least once (platform SIGKILL,
-// clock offset, expiry source SIGKILL, Redis pub/sub kill, Redis restarts with and without its data,
-// relay crash between publish and mark, duplicated and reordered events), then the settle and the
-// checks: no ride lost or stuck, every invariant 0. `make chaos` is the long form.
+// clock offset, expiry source SIGKILL, Redis pub/sub kill, Redis restarts with and without its data
+// and without notify-keyspace-events on its command line, Redis frozen with SIGSTOP longer than the
+// heartbeat TTL (12 s here, 15 s stop), relay crash between publish and mark, duplicated and
+// reordered events), then the settle and the verdict: the replay's ground truth (no driver taken
+// offline while pinging, none missed, no re-opening or trip alert without cause, every acknowledged
+// action in PostgreSQL), every invariant 0 during the run and at the end, no dead letter, no ride
+// lost or stuck. `make chaos` is the long form.
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos run")
 	}
+	bin, redisServer, root := chaosBinary(t)
+	o := chaos.DefaultOptions()
+	o.Binary, o.RedisServer, o.DatabaseURL = bin, redisServer, testkit.DatabaseURL()
+	o.TripsPath = filepath.Join(root, "testdata", "trips.csv")
+	o.Minutes, o.Drivers, o.Speedup, o.Drain = 2.5, 150, 4, 40*time.Second
+	o.FaultInterval = 3500 * time.Millisecond
+	o.MaxFaults = 30
+	o.HeartbeatTTL, o.RedisStop, o.InvariantEvery, o.OfflineProbPerHour = 12*time.Second, 15*time.Second, 5*time.Second, 0.9
+	o.SummaryPath = filepath.Join(t.TempDir(), "chaos-summary.json")
+	o.Out = io.Discard
+	if testing.Verbose() {
+		o.Out = os.Stderr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	sum, err := chaos.Run(ctx, o)
+	if sum != nil {
+		t.Logf("chaos: %.0f s wall, faults %v, %d client HTTP errors, %d rides requested, %d lost, %d stuck, invariants %v, "+
+			"during the run %v, false offline %d, missed offline %d, false reopens %d, false trip alerts %d, acked not reflected %d, dead letters %d",
+			time.Since(start).Seconds(), sum.Faults, sum.ClientHTTPErrors, sum.RidesRequested, sum.RidesLost, sum.RidesStuck, sum.Invariants,
+			sum.DuringInvariants, sum.FalseOfflineDrivers, sum.MissedOfflineDrivers, sum.FalseReopens, sum.FalseTripAlerts,
+			sum.AckedNotReflected, sum.DeadLetters)
+	}
+	if err != nil {
+		t.Fatalf("chaos run: %v (logs kept in %s)", err, sum.WorkDir)
+	}
+}
+
+// TestChaosVerdictFailsWhenConsumersRefuse proves the verdict can fail: the platform runs with
+// event verification keys that match no signer (chaos.Options.BreakConsumers), so match and every
+// other consumer refuse every event; a short run with one harmless fault must then FAIL, on the
+// dead letters and on the rides that never move.
+func TestChaosVerdictFailsWhenConsumersRefuse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos run")
+	}
+	bin, redisServer, root := chaosBinary(t)
+	o := chaos.DefaultOptions()
+	o.Binary, o.RedisServer, o.DatabaseURL = bin, redisServer, testkit.DatabaseURL()
+	o.TripsPath = filepath.Join(root, "testdata", "trips.csv")
+	o.Minutes, o.Drivers, o.Speedup, o.Drain = 0.5, 40, 4, 12*time.Second
+	o.Kinds, o.MaxFaults, o.FaultInterval = []chaos.Kind{chaos.ExpirySourceKill}, 1, 2*time.Second
+	o.ReconcileInterval, o.Grace = 2*time.Second, 4*time.Second
+	o.HeartbeatTTL, o.InvariantEvery, o.OfflineProbPerHour = 12*time.Second, 3*time.Second, 0
+	o.BreakConsumers = true
+	o.SummaryPath = filepath.Join(t.TempDir(), "chaos-summary.json")
+	o.Out = io.Discard
+	if testing.Verbose() {
+		o.Out = os.Stderr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sum, err := chaos.Run(ctx, o)
+	if sum == nil {
+		t.Fatalf("chaos run did not get to its verdict: %v", err)
+	}
+	// A failed run keeps its work folder and schema for a post-mortem; this one failed on purpose.
+	defer func() {
+		_ = os.RemoveAll(sum.WorkDir)
+		_ = pgstore.DropSchema(context.Background(), o.DatabaseURL, sum.Schema)
+	}()
+	if err == nil || sum.Pass {
+		t.Fatalf("verdict PASS with every consumer refusing events (dead letters %d, during the run %v, failures %v)",
+			sum.DeadLetters, sum.DuringInvariants, sum.Failures)
+	}
+	// The rides never move: match refuses ride.requested and every retry, so they stay idle.
+	if idle := sum.DuringInvariants[invariants.RequestedRideIdle.Key()]; sum.DeadLetters == 0 || idle == 0 {
+		t.Errorf("dead letters %d, requested_ride_idle during the run %d: want both > 0 (failures %v)", sum.DeadLetters, idle, sum.Failures)
+	}
+	t.Logf("verdict FAIL as it must: %v", sum.Failures)
+}
+
+// chaosBinary builds the flagdown binary (with -race under the race build) for a chaos run and
+// finds redis-server; the test is skipped when redis-server is missing.
+func chaosBinary(t *testing.T) (bin, redisServer, root string) {
+	t.Helper()
 	redisServer, err := chaos.FindRedisServer()
 	if err != nil {
 		t.Skipf("skipping the chaos run: %v", err)
 	}
-	root := testkit.RepoRoot(t)
-	bin := filepath.Join(t.TempDir(), "flagdown")
+	root = testkit.RepoRoot(t)
+	bin = filepath.Join(t.TempDir(), "flagdown")
 	args := []string{"build", "-o", bin}
 	if raceEnabled {
 		args = append(args, "-race")
@@ -37,27 +120,5 @@ func TestChaosShort(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-
-	o := chaos.DefaultOptions()
-	o.Binary, o.RedisServer, o.DatabaseURL = bin, redisServer, testkit.DatabaseURL()
-	o.TripsPath = filepath.Join(root, "testdata", "trips.csv")
-	o.Minutes, o.Drivers, o.Speedup, o.Drain = 2.5, 150, 4, 40*time.Second
-	o.FaultInterval = 3500 * time.Millisecond
-	o.MaxFaults = 30
-	o.SummaryPath = filepath.Join(t.TempDir(), "chaos-summary.json")
-	o.Out = io.Discard
-	if testing.Verbose() {
-		o.Out = os.Stderr
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	start := time.Now()
-	sum, err := chaos.Run(ctx, o)
-	if sum != nil {
-		t.Logf("chaos: %.0f s wall, faults %v, %d client HTTP errors, %d rides requested, %d lost, %d stuck, invariants %v",
-			time.Since(start).Seconds(), sum.Faults, sum.ClientHTTPErrors, sum.RidesRequested, sum.RidesLost, sum.RidesStuck, sum.Invariants)
-	}
-	if err != nil {
-		t.Fatalf("chaos run: %v (logs kept in %s)", err, sum.WorkDir)
-	}
+	return bin, redisServer, root
 }

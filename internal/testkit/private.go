@@ -22,8 +22,9 @@ type PrivateRedis struct {
 	// Addr is host:port of the server.
 	Addr string
 	// URL is its redis:// URL, database 0.
-	URL string
-	cmd *exec.Cmd
+	URL  string
+	cmd  *exec.Cmd
+	argv []string
 }
 
 // redisServerPath returns the redis-server executable, or fails t with the command that installs it
@@ -62,7 +63,7 @@ func StartPrivateRedis(t testing.TB, args ...string) *PrivateRedis {
 	dir := t.TempDir()
 	argv := append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
 		"--dir", dir, "--notify-keyspace-events", "Ex", "--logfile", filepath.Join(dir, "redis.log")}, args...)
-	r := &PrivateRedis{Addr: fmt.Sprintf("127.0.0.1:%d", port), URL: fmt.Sprintf("redis://127.0.0.1:%d/0", port)}
+	r := &PrivateRedis{Addr: fmt.Sprintf("127.0.0.1:%d", port), URL: fmt.Sprintf("redis://127.0.0.1:%d/0", port), argv: argv}
 	r.cmd = startProcess(t, redisServerPath(t), argv...)
 	waitPing(t, r.Addr, r.cmd)
 	return r
@@ -122,6 +123,26 @@ func (r *PrivateRedis) Resume(t testing.TB) {
 	if err := r.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatalf("testkit: SIGCONT redis-server: %v", err)
 	}
+}
+
+// RestartKeepingData shuts the server down with SHUTDOWN SAVE (its keys are written to its dump)
+// and starts it again at the same address with its first arguments followed by args (a later
+// argument wins, e.g. "--notify-keyspace-events", "" drops the notifications a restart from a
+// configuration that lacks them would lose); it waits until the new server answers PING.
+func (r *PrivateRedis) RestartKeepingData(t testing.TB, args ...string) {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: r.Addr, DialTimeout: time.Second, ReadTimeout: 5 * time.Second, MaxRetries: -1})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = c.Do(ctx, "SHUTDOWN", "SAVE").Err() // the connection closes: an error is the normal answer
+	cancel()
+	c.Close()
+	old := r.cmd
+	Eventually(t, 15*time.Second, func() (bool, string) {
+		return old.Process.Signal(syscall.Signal(0)) != nil, "redis-server exited after SHUTDOWN SAVE"
+	})
+	argv := append(append([]string{}, r.argv...), args...)
+	r.cmd = startProcess(t, redisServerPath(t), argv...)
+	waitPing(t, r.Addr, r.cmd)
 }
 
 // Kill kills the server (SIGKILL) and waits for it to exit.

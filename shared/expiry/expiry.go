@@ -181,6 +181,13 @@ type Source struct {
 	generations, gaps, notConfigured, brakes             atomic.Uint64
 	gapMicros                                            atomic.Int64
 
+	// restart is checkRestart's state: the Redis run_id last seen and when it was read.
+	restart struct {
+		sync.Mutex
+		runID string
+		at    time.Time
+	}
+
 	// hook, nil outside tests, is called at the named points of the handling paths (see the hook*
 	// constants) so that a test can hold one copy of the source there while another runs.
 	hook func(point, key string)
@@ -289,6 +296,8 @@ func EnsureNotifications(ctx context.Context, rdb redis.UniversalClient, log *sl
 // Run checks the notification config, then subscribes, handles notifications and sweeps until ctx
 // ends. It returns the start-up error, or ctx's error once stopped; it logs Stats when it stops.
 func (s *Source) Run(ctx context.Context) error {
+	// The run_id before the setting is checked: a restart after this point is seen by the sweeper.
+	s.checkRestart(ctx)
 	if !s.opt.NotificationsConfigured {
 		if err := EnsureNotifications(ctx, s.rdb, s.log); err != nil {
 			return err
@@ -697,6 +706,7 @@ func (s *Source) Sweep(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	s.noteHealth(ctx, h)
+	s.checkRestart(ctx)
 	now := h.Now
 	overdue, err := s.rdb.ZRangeByScoreWithScores(ctx, s.dk, &redis.ZRangeBy{
 		Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(s.opt.SweepBatch),

@@ -674,3 +674,33 @@ func TestEventID(t *testing.T) {
 		t.Fatal("ids of unknown deadlines must be random")
 	}
 }
+
+// TestNotificationsReappliedAfterRestartKeepingData: Redis restarted at the same address with its
+// data (SHUTDOWN SAVE, so the health mark and its generation survive) but from a configuration
+// without notify-keyspace-events has lost the setting all the same; a source that owns it must
+// apply it again.
+func TestNotificationsReappliedAfterRestartKeepingData(t *testing.T) {
+	r := testkit.StartPrivateRedis(t, "--notify-keyspace-events", "")
+	rdb := r.Client(t)
+	e := newEnvOn(t, rdb, "t"+testkit.ID()+":")
+	s := e.start(t, Options{})
+	notify := func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		m, err := rdb.ConfigGet(ctx, "notify-keyspace-events").Result()
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return m["notify-keyspace-events"]
+	}
+	if v := notify(); !hasExpiredEvents(v) {
+		t.Fatalf("notify-keyspace-events = %q after start, want E and x", v)
+	}
+	gen := s.Stats().Generations
+	r.RestartKeepingData(t, "--notify-keyspace-events", "")
+	testkit.Eventually(t, 10*time.Second, func() (bool, string) {
+		v := notify()
+		return hasExpiredEvents(v), fmt.Sprintf("notify-keyspace-events = %q after a restart keeping the data (generations %d → %d)",
+			v, gen, s.Stats().Generations)
+	})
+}

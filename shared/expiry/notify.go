@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -127,5 +128,47 @@ func (s *Source) onNewGeneration(ctx context.Context) {
 		s.notConfigured.Add(1)
 		s.log.Error("expiry: notify-keyspace-events lacks Ex although NotificationsConfigured says it is set; only the sweep carries timeouts",
 			"redis", c.Options().Addr, "notify-keyspace-events", v["notify-keyspace-events"])
+	}
+}
+
+// runIDEvery is how often, at most, the source reads Redis's run_id (checkRestart).
+const runIDEvery = time.Second
+
+// checkRestart reads the run_id of a single Redis server (INFO server) at most every runIDEvery. A
+// run_id other than the last one seen means the server restarted at the same address: with its
+// data (SHUTDOWN SAVE, an RDB or AOF load: the health mark survived, so no new generation is seen)
+// or without. Either way its configuration came from its command line and file again and
+// notify-keyspace-events may be gone, so onNewGeneration's rule applies (re-apply it when flagdown
+// owns it, else check it). A Cluster's masters are re-configured by the cluster watch instead.
+func (s *Source) checkRestart(ctx context.Context) {
+	c, ok := s.rdb.(*redis.Client)
+	if !ok {
+		return
+	}
+	s.restart.Lock()
+	defer s.restart.Unlock()
+	if time.Since(s.restart.at) < runIDEvery {
+		return
+	}
+	s.restart.at = time.Now()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return // unreachable, or INFO disabled: the next sweep tries again
+	}
+	var id string
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			id = v
+		}
+	}
+	if id == "" {
+		return
+	}
+	prev := s.restart.runID
+	s.restart.runID = id
+	if prev != "" && prev != id {
+		s.log.Warn("expiry: Redis restarted at the same address (new run_id): checking notify-keyspace-events",
+			"redis", c.Options().Addr)
+		s.onNewGeneration(ctx)
 	}
 }

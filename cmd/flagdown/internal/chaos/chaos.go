@@ -13,18 +13,26 @@
 // Faults (see Kinds): SIGKILL and restart of the platform; a restart of the platform with its host
 // clock 2 s ahead or behind (FLAGDOWN_FAULT_CLOCK_OFFSET); SIGKILL and restart of the second expiry
 // source; CLIENT KILL TYPE pubsub on Redis; a Redis restart losing its data (SHUTDOWN NOSAVE) or
-// keeping it (SHUTDOWN SAVE); the second relay exiting after a publish and before the mark
+// keeping it (SHUTDOWN SAVE), after which flagdown must apply notify-keyspace-events again (Redis
+// runs without it on its command line); Redis frozen with SIGSTOP for Options.RedisStop, longer
+// than the heartbeat TTL; the second relay exiting after a publish and before the mark
 // (FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH, restarted about a fault interval later, armed again); and events already in the broker's
 // stream published again in shuffled order under new message ids (duplicated and reordered
 // deliveries). Each scheduled kind is injected at least once, in a seeded order, one at a time, every
 // Options.FaultInterval (±50 %), until the trips have been sent or Options.MaxFaults.
 //
-// Then the controller stops injecting, lets the replay drain, keeps the platform running for twice
-// the reconcile interval plus the grace, and checks: invariants.Check reports 0 on every invariant,
-// every ride the replay was given exists in PostgreSQL (rides lost = 0), and every ride is terminal
-// (COMPLETED, CANCELLED, UNMATCHED) or legitimately waiting (REQUESTED with a PENDING offer, a retry
-// timer or a change within the grace; ACCEPTED/IN_PROGRESS with its driver's assignment row); a ride
-// that looks stuck is judged again 5 s later and counts as stuck only if it is still so, unchanged.
+// While the trips run, invariants.Check runs every Options.InvariantEvery (outside outages and the
+// grace after them). Then the controller stops injecting, lets the replay drain, keeps the platform
+// running for twice the reconcile interval plus the grace, and the verdict fails unless: the
+// replay's ground truth (replay.GroundTruth, judged again after the settle) counts no driver taken
+// offline while pinging, none missed, no re-opening or trip alert without cause and no acknowledged
+// action missing from PostgreSQL; every invariant was 0 during the run and is 0 at the end; the
+// dead-letter stream is empty; notify-keyspace-events was re-applied after every Redis start; every
+// ride the replay was given exists in PostgreSQL (rides lost = 0) and is terminal (COMPLETED,
+// CANCELLED, UNMATCHED) or legitimately waiting (REQUESTED with a PENDING offer, a retry timer or a
+// change within the grace; ACCEPTED/IN_PROGRESS held by a replay driver when the replay stopped, or
+// changed within the grace); a ride that looks stuck is judged again 5 s later and counts as stuck
+// only if it is still so, unchanged. Reconcile's repairs are reported per kind.
 package chaos
 
 import (
@@ -39,6 +47,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/flagdown/flagdown/cmd/flagdown/internal/replay"
@@ -57,6 +66,7 @@ const (
 	RedisPubSubKill        Kind = "redis_pubsub_kill"
 	RedisRestartNoSave     Kind = "redis_restart_nosave"
 	RedisRestartSave       Kind = "redis_restart_save"
+	RedisSIGSTOP           Kind = "redis_sigstop"
 	RelayCrashAfterPublish Kind = "relay_crash_after_publish"
 	EventsDupReorder       Kind = "events_duplicated_reordered"
 )
@@ -64,11 +74,27 @@ const (
 // Kinds lists every fault. All but RelayCrashAfterPublish are scheduled by the controller; that one
 // the second relay injects itself (armed at each start) and the controller counts its exits.
 var Kinds = []Kind{PlatformKill, PlatformClockOffset, ExpirySourceKill, RedisPubSubKill,
-	RedisRestartNoSave, RedisRestartSave, RelayCrashAfterPublish, EventsDupReorder}
+	RedisRestartNoSave, RedisRestartSave, RedisSIGSTOP, RelayCrashAfterPublish, EventsDupReorder}
 
-// scheduled are the kinds the controller injects.
-var scheduled = []Kind{PlatformKill, PlatformClockOffset, ExpirySourceKill, RedisPubSubKill,
-	RedisRestartNoSave, RedisRestartSave, EventsDupReorder}
+// ParseKinds parses a comma-separated list of kinds ("" or "all": every kind).
+func ParseKinds(v string) ([]Kind, error) {
+	if v == "" || v == "all" {
+		return append([]Kind{}, Kinds...), nil
+	}
+	var out []Kind
+	for _, f := range strings.Split(v, ",") {
+		k := Kind(strings.TrimSpace(f))
+		known := false
+		for _, x := range Kinds {
+			known = known || x == k
+		}
+		if !known {
+			return nil, fmt.Errorf("faults: unknown kind %q (known: %v)", k, Kinds)
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
 
 // Options configure a chaos run.
 type Options struct {
@@ -90,6 +116,21 @@ type Options struct {
 	FaultInterval time.Duration
 	// MaxFaults bounds the scheduled faults and, separately, the relay crashes.
 	MaxFaults int
+	// Kinds are the faults injected (each at least once); nil means every kind (Kinds).
+	Kinds []Kind
+	// HeartbeatTTL is FLAGDOWN_HEARTBEAT_TTL of the platform (wall time); RedisStop how long a
+	// RedisSIGSTOP fault freezes Redis (longer than the TTL, so heartbeats lapse in the outage).
+	HeartbeatTTL time.Duration
+	RedisStop    time.Duration
+	// OfflineProbPerHour is the replay's probability that a driver stops pinging for good within
+	// a simulated hour (replay.Options.OfflineProbPerHour): the drivers the ground truth expects to
+	// be taken offline.
+	OfflineProbPerHour float64
+	// InvariantEvery is the wall time between two invariant checks during the run (each with Grace).
+	InvariantEvery time.Duration
+	// BreakConsumers starts the platform with event verification keys that match no signer, so
+	// every consumer refuses every event (a broken consumer; the verdict must fail). Tests only.
+	BreakConsumers bool
 	// Seed seeds the replay and the fault schedule.
 	Seed uint64
 	// ReconcileInterval is FLAGDOWN_RECONCILE_INTERVAL of the platform.
@@ -108,18 +149,22 @@ type Options struct {
 // DefaultOptions are the defaults of `flagdown chaos` (a few minutes of trips, a fault every 6 s).
 func DefaultOptions() Options {
 	return Options{
-		DatabaseURL:       "postgres://postgres@127.0.0.1:5432/flagdown?sslmode=disable",
-		TripsPath:         "testdata/trips.csv",
-		Minutes:           16,
-		Drivers:           600,
-		Speedup:           4,
-		Drain:             2 * time.Minute,
-		FaultInterval:     6 * time.Second,
-		MaxFaults:         100,
-		Seed:              1,
-		ReconcileInterval: 5 * time.Second,
-		Grace:             10 * time.Second,
-		SummaryPath:       "chaos-summary.json",
+		DatabaseURL:        "postgres://postgres@127.0.0.1:5432/flagdown?sslmode=disable",
+		TripsPath:          "testdata/trips.csv",
+		Minutes:            16,
+		Drivers:            600,
+		Speedup:            4,
+		Drain:              2 * time.Minute,
+		FaultInterval:      6 * time.Second,
+		MaxFaults:          100,
+		HeartbeatTTL:       30 * time.Second,
+		RedisStop:          35 * time.Second,
+		InvariantEvery:     10 * time.Second,
+		OfflineProbPerHour: 0.5,
+		Seed:               1,
+		ReconcileInterval:  5 * time.Second,
+		Grace:              10 * time.Second,
+		SummaryPath:        "chaos-summary.json",
 	}
 }
 
@@ -148,12 +193,46 @@ func (o *Options) validate() error {
 		return errors.New("chaos: minutes, drivers and speedup must be > 0, drain ≥ 0")
 	case o.FaultInterval < 500*time.Millisecond:
 		return errors.New("chaos: fault interval must be ≥ 500ms")
-	case o.MaxFaults < len(scheduled):
-		return fmt.Errorf("chaos: max faults must be ≥ %d (each kind once)", len(scheduled))
+	case o.MaxFaults < len(o.scheduled()):
+		return fmt.Errorf("chaos: max faults must be ≥ %d (each kind once)", len(o.scheduled()))
+	case !(o.OfflineProbPerHour >= 0 && o.OfflineProbPerHour < 1):
+		return errors.New("chaos: offline probability must be within 0..1 (1 excluded)")
+	case o.HeartbeatTTL < time.Second || o.RedisStop < 0 || o.InvariantEvery <= 0:
+		return errors.New("chaos: heartbeat TTL must be ≥ 1s, redis stop ≥ 0, invariant interval > 0")
 	case o.ReconcileInterval <= 0 || o.Grace < 0:
 		return errors.New("chaos: reconcile interval must be > 0, grace ≥ 0")
 	}
 	return nil
+}
+
+// kinds are the kinds of the run (Options.Kinds, or all).
+func (o *Options) kinds() []Kind {
+	if len(o.Kinds) == 0 {
+		return Kinds
+	}
+	return o.Kinds
+}
+
+// scheduled are the run's kinds the controller injects (all but RelayCrashAfterPublish, which the
+// second relay injects itself).
+func (o *Options) scheduled() []Kind {
+	var out []Kind
+	for _, k := range o.kinds() {
+		if k != RelayCrashAfterPublish {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// relayCrashes reports whether the run arms the second relay to crash.
+func (o *Options) relayCrashes() bool {
+	for _, k := range o.kinds() {
+		if k == RelayCrashAfterPublish {
+			return true
+		}
+	}
+	return false
 }
 
 // run is one chaos run's state; everything but the replay goroutine's result is owned by the
@@ -179,6 +258,48 @@ type run struct {
 
 	sum   *Summary
 	start time.Time
+
+	// outages are the spans in which Redis or the platform was away (ground truth deadlines).
+	outagesMu sync.Mutex
+	outages   []replay.Outage
+	// repairsBase sums the reconcile repairs of the platform processes that exited; repairsLast
+	// is the last scrape of the running one.
+	repairsBase, repairsLast map[string]float64
+	lastScrape               time.Time
+	// replaySum is the replay's summary (its ground truth is judged again after the settle).
+	replaySum *replay.Summary
+}
+
+// outageBegin records that what went away now; the returned func records its end.
+func (r *run) outageBegin(what string) func() {
+	r.outagesMu.Lock()
+	r.outages = append(r.outages, replay.Outage{What: what, From: time.Now()})
+	i := len(r.outages) - 1
+	r.outagesMu.Unlock()
+	return func() {
+		r.outagesMu.Lock()
+		r.outages[i].To = time.Now()
+		r.outagesMu.Unlock()
+	}
+}
+
+// outageList is a copy of the outages so far.
+func (r *run) outageList() []replay.Outage {
+	r.outagesMu.Lock()
+	defer r.outagesMu.Unlock()
+	return append([]replay.Outage{}, r.outages...)
+}
+
+// inOutage reports whether an outage is under way, or ended less than after ago.
+func (r *run) inOutage(after time.Duration) bool {
+	r.outagesMu.Lock()
+	defer r.outagesMu.Unlock()
+	for _, o := range r.outages {
+		if o.To.IsZero() || time.Since(o.To) < after {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -202,7 +323,8 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		}
 		opts.RedisServer = p
 	}
-	r := &run{opts: opts, out: opts.Out, rng: rand.New(rand.NewPCG(opts.Seed, 0xc4a05)), start: time.Now()}
+	r := &run{opts: opts, out: opts.Out, rng: rand.New(rand.NewPCG(opts.Seed, 0xc4a05)), start: time.Now(),
+		repairsBase: map[string]float64{}, repairsLast: map[string]float64{}}
 	r.id = strconv.FormatInt(time.Now().UnixNano()%1_000_000_000_000, 36)
 	r.sum = newSummary(opts)
 	keepDir := opts.WorkDir != ""
@@ -284,6 +406,7 @@ func (r *run) setup(ctx context.Context) error {
 		"FLAGDOWN_REDIS_PREFIX":       prefix,
 		"FLAGDOWN_NATS_STREAM":        "FLAGDOWN",
 		"FLAGDOWN_RECONCILE_INTERVAL": r.opts.ReconcileInterval.String(),
+		"FLAGDOWN_HEARTBEAT_TTL":      r.opts.HeartbeatTTL.String(),
 		"FLAGDOWN_EVENT_SIGNING_KEY":  signer.Secret(),
 		"FLAGDOWN_EVENT_VERIFY_KEYS":  signer.VerifyKey(),
 		"FLAGDOWN_INTERNAL_TOKEN":     internalauth.GenerateToken(),
@@ -291,6 +414,13 @@ func (r *run) setup(ctx context.Context) error {
 	}
 	if r.cfg, err = config.FromEnv(vars); err != nil {
 		return err
+	}
+	if r.opts.BreakConsumers {
+		other, err := eventSigner()
+		if err != nil {
+			return err
+		}
+		vars["FLAGDOWN_EVENT_VERIFY_KEYS"] = other.VerifyKey() // no consumer accepts what the platform signs
 	}
 	// The children get this process's environment minus anything that would point them elsewhere.
 	for _, kv := range os.Environ() {
@@ -321,6 +451,7 @@ func (r *run) setup(ctx context.Context) error {
 	if err := r.expiry2.start(); err != nil {
 		return err
 	}
+	r.checkNotifications(ctx, "start")
 	r.logf("platform ready at http://%s (broker %s); second relay and expiry source started", r.gatewayAddr, natsURL)
 	return nil
 }
@@ -328,6 +459,10 @@ func (r *run) setup(ctx context.Context) error {
 // startDev starts `flagdown dev` with the given clock offset and waits until /readyz answers 200.
 func (r *run) startDev(ctx context.Context, offset time.Duration) error {
 	var last error
+	for k, v := range r.repairsLast {
+		r.repairsBase[k] += v
+	}
+	r.repairsLast = map[string]float64{}
 	for attempt := 0; attempt < 3; attempt++ {
 		if err := r.dev.start("FLAGDOWN_FAULT_CLOCK_OFFSET=" + offset.String()); err != nil {
 			return err
@@ -374,7 +509,7 @@ func (r *run) waitReady(ctx context.Context, timeout time.Duration) error {
 
 // startRelay starts the second relay, armed to crash after a random 1..40th publish when armed.
 func (r *run) startRelay(armed bool) error {
-	r.relayArmed = armed && r.relayCrashes < r.opts.MaxFaults
+	r.relayArmed = armed && r.relayCrashes < r.opts.MaxFaults && r.opts.relayCrashes()
 	extra := []string{}
 	if r.relayArmed {
 		extra = append(extra, "FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH="+strconv.Itoa(1+r.rng.IntN(40)))
@@ -392,7 +527,9 @@ func (r *run) exercise(ctx context.Context) error {
 	ropts.Seed, ropts.RunID = r.opts.Seed, r.id
 	ropts.SummaryPath, ropts.Progress, ropts.Verify = "", false, false
 	ropts.Concurrency = 16
+	ropts.OfflineProbPerHour = r.opts.OfflineProbPerHour
 	ropts.JWTSecret, ropts.JWTIssuer, ropts.JWTAudience = r.cfg.JWTSecret, r.cfg.JWTIssuer, r.cfg.JWTAudience
+	ropts.GroundTruth, ropts.VerifyConfig, ropts.HeartbeatTTL, ropts.Outages = true, r.cfg, r.opts.HeartbeatTTL, r.outageList
 	type result struct {
 		sum *replay.Summary
 		err error
@@ -409,6 +546,9 @@ func (r *run) exercise(ctx context.Context) error {
 	r.logf("replaying %g min of trips with %d drivers at %gx (%s wall), injecting faults until then every ~%s",
 		r.opts.Minutes, r.opts.Drivers, r.opts.Speedup, wallTrips.Round(time.Second), r.opts.FaultInterval)
 
+	stopMonitor := r.monitor(ctx)
+	defer stopMonitor()
+	scheduled := r.opts.scheduled()
 	plan := append([]Kind{}, scheduled...)
 	r.rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
 	next := time.Now().Add(r.wait())
@@ -464,10 +604,12 @@ func (r *run) exercise(ctx context.Context) error {
 		}
 		next = time.Now().Add(r.wait())
 	}
-	if res.err != nil {
+	if res.err != nil && (res.sum == nil || res.sum.GroundTruth == nil || res.sum.Interrupted) {
 		return fmt.Errorf("chaos: replay: %w", res.err)
 	}
+	// A replay error with its ground truth judged is the ground truth's counts: check reports them.
 	r.sum.takeReplay(res.sum)
+	r.replaySum = res.sum
 	settle := 2*r.opts.ReconcileInterval + r.opts.Grace + 2*time.Second
 	r.logf("replay done (%d rides requested); settling %s (2 × reconcile interval + grace + 2 s)", r.sum.RidesRequested, settle)
 	deadline := time.Now().Add(settle)
@@ -487,7 +629,7 @@ func (r *run) exercise(ctx context.Context) error {
 
 // everyKindInjected reports whether every scheduled kind was injected at least once.
 func (r *run) everyKindInjected() bool {
-	for _, k := range scheduled {
+	for _, k := range r.opts.scheduled() {
 		if r.sum.Faults[string(k)] == 0 {
 			return false
 		}
@@ -504,6 +646,9 @@ func (r *run) wait() time.Duration {
 // supervise restarts processes that exited: the second relay (counting its fault exits), the
 // second expiry source, and the platform or Redis when they died without being told to.
 func (r *run) supervise(ctx context.Context) error {
+	if time.Since(r.lastScrape) > 2*time.Second {
+		r.scrapeRepairs(ctx)
+	}
 	if up, _ := r.redis.proc.running(); !up {
 		r.sum.UnexpectedExits["redis-server"]++
 		r.logf("redis-server exited unexpectedly (status %d); restarting it", r.redis.proc.exitCode())

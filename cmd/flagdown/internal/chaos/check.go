@@ -25,7 +25,9 @@ const maxExamples = 10
 // Summary is what a chaos run injected, lost and found; it is written as JSON to
 // Options.SummaryPath and printed as a table.
 type Summary struct {
-	// Pass is true when the run completed, no ride was lost or stuck, and every invariant holds.
+	// Pass is true when the run completed and nothing in Failures was found: the ground truth's
+	// counts, invariants during the run and at the end, dead letters, notifications, rides lost or
+	// stuck, fault kinds never injected.
 	Pass bool `json:"pass"`
 	// Failures says why Pass is false (empty when it is true).
 	Failures []string `json:"failures"`
@@ -80,6 +82,47 @@ type Summary struct {
 	// Violations is the sum of the invariant counts.
 	Violations int `json:"violations"`
 
+	// The replay's ground truth (replay.GroundTruth; all five counts must be 0).
+	FalseOfflineDrivers  int `json:"false_offline_drivers"`
+	MissedOfflineDrivers int `json:"missed_offline_drivers"`
+	FalseReopens         int `json:"false_reopens"`
+	FalseTripAlerts      int `json:"false_trip_alerts"`
+	AckedNotReflected    int `json:"acked_not_reflected"`
+	// OfflineDetectionP50S and P99S: seconds (wall) from a stopped driver's last answered ping to
+	// the decision that took him offline.
+	OfflineDetectionP50S float64 `json:"offline_detection_p50_s"`
+	OfflineDetectionP99S float64 `json:"offline_detection_p99_s"`
+	// GroundTruth is the replay's whole verdict (nil when it could not be judged).
+	GroundTruth *replay.GroundTruth `json:"ground_truth"`
+	// ActionRetries and ActionsUnanswered are the replay's (accept/start/complete sent again; left
+	// without a final answer).
+	ActionRetries     int `json:"action_retries"`
+	ActionsUnanswered int `json:"actions_unanswered"`
+
+	// DuringRounds is how many invariant checks ran during the run, DuringRoundsSkipped how many
+	// were skipped (an outage under way or within the grace, or the stores unreachable).
+	DuringRounds        int `json:"during_rounds"`
+	DuringRoundsSkipped int `json:"during_rounds_skipped"`
+	// DuringInvariants maps "invariant_<name>" to the largest count a round during the run found
+	// (all must be 0); DuringExamples to that round's examples.
+	DuringInvariants map[string]int      `json:"during_invariants"`
+	DuringExamples   map[string][]string `json:"during_examples"`
+	// DeadLetters is how many events the broker's dead-letter stream holds at the end (must be 0).
+	DeadLetters int `json:"dead_letters"`
+	// NotifyReapplied and NotifyNotReapplied count the Redis starts after which flagdown did, or did
+	// not (must be 0), apply notify-keyspace-events within notifyWithin (Redis runs without it on
+	// its command line).
+	NotifyReapplied    int `json:"notify_reapplied"`
+	NotifyNotReapplied int `json:"notify_not_reapplied"`
+	// ReconcileRepairs counts reconcile's repairs over the run, per kind (the platform's
+	// flagdown_reconcile_repairs_total, summed over its restarts).
+	ReconcileRepairs map[string]int `json:"reconcile_repairs"`
+	// Outages are the spans Redis or the platform was away (faults), wall time.
+	Outages []replay.Outage `json:"outages"`
+	// HeartbeatTTLS and RedisStopS are the platform's heartbeat TTL and the SIGSTOP length, seconds.
+	HeartbeatTTLS float64 `json:"heartbeat_ttl_s"`
+	RedisStopS    float64 `json:"redis_stop_s"`
+
 	// The run's settings.
 	Minutes           float64 `json:"minutes"`
 	Drivers           int     `json:"drivers"`
@@ -98,6 +141,7 @@ type Summary struct {
 	WallSeconds float64 `json:"wall_seconds"`
 
 	rideIDs []string
+	inHand  map[string]bool // rides the replay's drivers held when it stopped
 }
 
 func newSummary(o Options) *Summary {
@@ -105,9 +149,11 @@ func newSummary(o Options) *Summary {
 		ClockOffsets: []string{}, ClientHTTPErrorsByEndpoint: map[string]int{}, RidesLostExamples: []string{},
 		RidesStuckExamples: []string{}, RideStatuses: map[string]int{}, Invariants: map[string]int{},
 		InvariantExamples: map[string][]string{}, Failures: []string{},
+		DuringInvariants: map[string]int{}, DuringExamples: map[string][]string{}, ReconcileRepairs: map[string]int{},
+		Outages: []replay.Outage{}, HeartbeatTTLS: o.HeartbeatTTL.Seconds(), RedisStopS: o.RedisStop.Seconds(),
 		Minutes: o.Minutes, Drivers: o.Drivers, Speedup: o.Speedup, FaultIntervalS: o.FaultInterval.Seconds(),
 		Seed: o.Seed, ReconcileInterval: o.ReconcileInterval.String(), GraceS: o.Grace.Seconds()}
-	for _, k := range Kinds {
+	for _, k := range o.kinds() {
 		s.Faults[string(k)] = 0
 	}
 	return s
@@ -121,11 +167,29 @@ func (s *Summary) takeReplay(rs *replay.Summary) {
 		s.ClientHTTPErrors += n
 	}
 	s.rideIDs = append([]string{}, rs.RideIDs...)
+	s.inHand = map[string]bool{}
+	for _, id := range rs.RidesInHand {
+		s.inHand[id] = true
+	}
+	s.ActionRetries, s.ActionsUnanswered = rs.ActionRetries, rs.ActionsUnanswered
+	if g := rs.GroundTruth; g != nil {
+		s.takeGroundTruth(g)
+	} else {
+		s.Failures = append(s.Failures, "ground truth not judged: "+rs.GroundTruthError)
+	}
+}
+
+// takeGroundTruth records the replay's ground truth.
+func (s *Summary) takeGroundTruth(g *replay.GroundTruth) {
+	s.GroundTruth = g
+	s.FalseOfflineDrivers, s.MissedOfflineDrivers, s.FalseReopens = g.FalseOfflineDrivers, g.MissedOfflineDrivers, g.FalseReopens
+	s.FalseTripAlerts, s.AckedNotReflected = g.FalseTripAlerts, g.AckedNotReflected
+	s.OfflineDetectionP50S, s.OfflineDetectionP99S = g.OfflineDetectionP50S, g.OfflineDetectionP99S
 }
 
 // check runs the end-of-run checks against the run's PostgreSQL schema and Redis prefix.
 func (r *run) check(ctx context.Context) error {
-	for _, k := range Kinds {
+	for _, k := range r.opts.kinds() {
 		r.sum.FaultsTotal += r.sum.Faults[string(k)]
 		if r.sum.Faults[string(k)] == 0 {
 			r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("fault %s was never injected", k))
@@ -138,6 +202,14 @@ func (r *run) check(ctx context.Context) error {
 		return fmt.Errorf("chaos: open the stores for the check: %w", err)
 	}
 	defer d.Close()
+	if r.replaySum != nil && r.replaySum.GroundTruth != nil {
+		// Judged again after the settle: the drivers whose deadline fell after the replay's end.
+		if err := r.replaySum.Rejudge(ctx, r.cfg, r.outageList()); err != nil {
+			r.sum.Failures = append(r.sum.Failures, err.Error())
+		} else {
+			r.sum.takeGroundTruth(r.replaySum.GroundTruth)
+		}
+	}
 	rep, err := invariants.Check(ctx, d.DB, d.Redis, r.opts.Grace)
 	if err != nil {
 		return fmt.Errorf("chaos: invariants: %w", err)
@@ -211,6 +283,30 @@ func (r *run) check(ctx context.Context) error {
 	if r.sum.RidesStuck > 0 {
 		r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("rides stuck = %d", r.sum.RidesStuck))
 	}
+	r.during(func(s *Summary) {
+		for k, n := range s.DuringInvariants {
+			if n > 0 {
+				s.Failures = append(s.Failures, fmt.Sprintf("during the run %s = %d", k, n))
+			}
+		}
+	})
+	if r.sum.DuringRounds == 0 {
+		r.sum.Failures = append(r.sum.Failures, "no invariant check ran during the run")
+	}
+	if g := r.sum.GroundTruth; g != nil {
+		r.sum.Failures = append(r.sum.Failures, g.Failures()...)
+	}
+	if n, err := r.deadLetters(ctx); err != nil {
+		r.sum.Failures = append(r.sum.Failures, "dead letters not counted: "+err.Error())
+	} else if r.sum.DeadLetters = n; n > 0 {
+		r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("dead letters = %d", n))
+	}
+	if r.sum.NotifyNotReapplied > 0 {
+		r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("notify-keyspace-events not re-applied after %d Redis starts", r.sum.NotifyNotReapplied))
+	}
+	r.scrapeRepairs(ctx)
+	r.sum.ReconcileRepairs = r.repairs()
+	r.sum.Outages = r.outageList()
 	return nil
 }
 
@@ -278,7 +374,10 @@ func (r *run) classify(ctx context.Context, d *app.Deps, ids []string) (map[stri
 		case "REQUESTED":
 			v.stuck = !(x.pending || x.recent || armed[x.id])
 		case "ACCEPTED", "IN_PROGRESS":
-			v.stuck = !x.held
+			// Moving, or waiting for a reason: a replay driver holds it (he stopped with the
+			// replay), or it changed within the grace. Its assignment row alone is no reason: a
+			// ride whose driver stopped must be re-opened, one whose driver drives it must move.
+			v.stuck = !(x.held && (r.sum.inHand[x.id] || x.recent))
 		default:
 			v.stuck = true
 		}
@@ -315,6 +414,9 @@ func (s *Summary) WriteTable(w io.Writer) {
 	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
 	fmt.Fprintln(tw, "\nchaos run\t")
 	for _, k := range Kinds {
+		if _, in := s.Faults[string(k)]; !in {
+			continue
+		}
 		extra := ""
 		if n := s.FaultsFailed[string(k)]; n > 0 {
 			extra = fmt.Sprintf("  (%d not injectable)", n)
@@ -354,6 +456,29 @@ func (s *Summary) WriteTable(w io.Writer) {
 	} else {
 		row("invariants", "NOT CHECKED")
 	}
+	if g := s.GroundTruth; g != nil {
+		g.WriteRows(row)
+	} else {
+		row("ground truth", "NOT JUDGED")
+	}
+	row("driver actions", "%d retried, %d unanswered at the end", s.ActionRetries, s.ActionsUnanswered)
+	names := make([]string, 0, len(s.DuringInvariants))
+	for k := range s.DuringInvariants {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		ex := ""
+		if e := s.DuringExamples[strings.TrimPrefix(k, "invariant_")]; s.DuringInvariants[k] > 0 && len(e) > 0 {
+			ex = "  e.g. " + strings.Join(e, ", ")
+		}
+		row("during the run: "+k, "%d (largest of %d rounds)%s", s.DuringInvariants[k], s.DuringRounds, ex)
+	}
+	row("during-run rounds", "%d checked, %d skipped (outage or grace after one)", s.DuringRounds, s.DuringRoundsSkipped)
+	row("dead letters", "%d", s.DeadLetters)
+	row("notify-keyspace-events", "re-applied after %d Redis starts, NOT after %d", s.NotifyReapplied, s.NotifyNotReapplied)
+	row("reconcile repairs", "%v", s.ReconcileRepairs)
+	row("heartbeat TTL / Redis stop", "%.0f s / %.0f s", s.HeartbeatTTLS, s.RedisStopS)
 	row("settle / wall time", "%.0f s / %.0f s", s.SettleSeconds, s.WallSeconds)
 	verdict := "PASS"
 	if !s.Pass {

@@ -21,10 +21,14 @@ func (r *run) inject(ctx context.Context, k Kind) error {
 	var detail string
 	switch k {
 	case PlatformKill:
+		r.scrapeRepairs(ctx)
+		end := r.outageBegin(string(k))
 		r.dev.kill()
 		time.Sleep(time.Duration(200+r.rng.IntN(1500)) * time.Millisecond)
 		// A restart after SIGKILL runs with the right clock again.
-		if err := r.startDev(ctx, 0); err != nil {
+		err := r.startDev(ctx, 0)
+		end()
+		if err != nil {
 			return err
 		}
 	case PlatformClockOffset:
@@ -32,8 +36,12 @@ func (r *run) inject(ctx context.Context, k Kind) error {
 		if r.rng.IntN(2) == 0 {
 			off = -off
 		}
+		r.scrapeRepairs(ctx)
+		end := r.outageBegin(string(k))
 		r.dev.stop()
-		if err := r.startDev(ctx, off); err != nil {
+		err := r.startDev(ctx, off)
+		end()
+		if err != nil {
 			return err
 		}
 		detail = "clock " + off.String()
@@ -54,10 +62,21 @@ func (r *run) inject(ctx context.Context, k Kind) error {
 		detail = fmt.Sprintf("%d connections", n)
 	case RedisRestartNoSave, RedisRestartSave:
 		down := time.Duration(300+r.rng.IntN(1500)) * time.Millisecond
-		if err := r.redis.restart(ctx, k == RedisRestartSave, down); err != nil {
+		end := r.outageBegin(string(k))
+		err := r.redis.restart(ctx, k == RedisRestartSave, down)
+		end()
+		if err != nil {
 			return err
 		}
-		detail = "down " + down.Round(time.Millisecond).String()
+		detail = "down " + down.Round(time.Millisecond).String() + ", " + r.checkNotifications(ctx, string(k))
+	case RedisSIGSTOP:
+		end := r.outageBegin(string(k))
+		err := r.redis.stopFor(ctx, r.opts.RedisStop)
+		end()
+		if err != nil {
+			return err
+		}
+		detail = "stopped " + r.opts.RedisStop.String()
 	case EventsDupReorder:
 		n, err := r.duplicateEvents(ctx)
 		if err != nil {

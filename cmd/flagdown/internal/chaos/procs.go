@@ -103,6 +103,18 @@ func (p *proc) signal(sig syscall.Signal, wait time.Duration) bool {
 	return true
 }
 
+// send sends sig to the running process without waiting (SIGSTOP, SIGCONT); it returns false when
+// nothing was running.
+func (p *proc) send(sig syscall.Signal) bool {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil {
+		return false
+	}
+	return cmd.Process.Signal(sig) == nil
+}
+
 // kill SIGKILLs the process and waits for it to be gone.
 func (p *proc) kill() bool { return p.signal(syscall.SIGKILL, 10*time.Second) }
 

@@ -6,13 +6,16 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// redisServer is the run's private redis-server (a child process), with keyevent notifications for
-// expired keys on (the expiry source needs them; they survive its restarts) and no automatic saves.
+// redisServer is the run's private redis-server (a child process), with no automatic saves and
+// without notify-keyspace-events on its command line: flagdown owns the setting and must apply it
+// at start and again after every restart (waitNotifications checks it did).
 type redisServer struct {
 	path string
 	port int
@@ -36,7 +39,7 @@ func (s *redisServer) start(ctx context.Context) error {
 	if s.proc == nil {
 		s.proc = &proc{name: "redis-server", path: s.path, env: os.Environ(), logPath: filepath.Join(s.dir, "redis.log"),
 			args: []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port), "--save", "", "--appendonly", "no",
-				"--dir", s.dir, "--dbfilename", "dump.rdb", "--notify-keyspace-events", "Ex", "--protected-mode", "yes"}}
+				"--dir", s.dir, "--dbfilename", "dump.rdb", "--protected-mode", "yes"}}
 	}
 	if err := s.proc.start(); err != nil {
 		return err
@@ -89,6 +92,56 @@ func (s *redisServer) restart(ctx context.Context, save bool, down time.Duration
 	return s.start(ctx)
 }
 
+// waitNotifications polls CONFIG GET notify-keyspace-events until it includes E and x (flagdown
+// re-applied it) or within passes; it returns how long that took and whether it happened.
+func (s *redisServer) waitNotifications(ctx context.Context, within time.Duration) (time.Duration, bool) {
+	c := s.client()
+	defer c.Close()
+	start := time.Now()
+	for {
+		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		m, err := c.ConfigGet(gctx, "notify-keyspace-events").Result()
+		cancel()
+		if v := m["notify-keyspace-events"]; err == nil && strings.ContainsRune(v, 'E') && (strings.ContainsRune(v, 'x') || strings.ContainsRune(v, 'A')) {
+			return time.Since(start), true
+		}
+		if time.Since(start) > within || ctx.Err() != nil {
+			return time.Since(start), false
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// stopFor freezes Redis with SIGSTOP for d (it neither answers nor expires keys: a Sentinel
+// failover window, a partition or a slow load look like this), then resumes it with SIGCONT and
+// waits until it answers PING.
+func (s *redisServer) stopFor(ctx context.Context, d time.Duration) error {
+	if !s.proc.send(syscall.SIGSTOP) {
+		return fmt.Errorf("redis-server is not running")
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+	if !s.proc.send(syscall.SIGCONT) {
+		return fmt.Errorf("redis-server exited while stopped")
+	}
+	c := s.client()
+	defer c.Close()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := c.Ping(pctx).Err()
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // killPubSub closes every pub/sub connection (CLIENT KILL TYPE pubsub) and returns how many.
 func (s *redisServer) killPubSub(ctx context.Context) (int64, error) {
 	c := s.client()
@@ -104,6 +157,7 @@ func (s *redisServer) stop() {
 	if up, _ := s.proc.running(); !up {
 		return
 	}
+	s.proc.send(syscall.SIGCONT) // a run cancelled during a SIGSTOP fault
 	c := s.client()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = c.Do(ctx, "SHUTDOWN", "NOSAVE").Err()

@@ -46,6 +46,11 @@ type driver struct {
 	ended  map[string]bool
 	// answered holds the offer ids he accepted or declined.
 	answered map[string]bool
+	// stoppedWall is when he stopped pinging for good (wall; zero while he pings), lastPingOK
+	// when his last answered ping came back (wall), seenOffline when a ping answer first said he
+	// was offline although his ping did not ask for it (wall; zero: never): the ground truth
+	// (truth.go).
+	stoppedWall, lastPingOK, seenOffline time.Time
 }
 
 // position is where d is at simulated time t: on his leg when driving, else where he stopped.
@@ -70,7 +75,8 @@ func (s *sim) pingDue(t time.Duration) {
 		s.submit(func(ctx context.Context) {
 			res, err := s.c.locationUpdate(ctx, pings, s.opts.BatchSize > 1)
 			s.pingRequests.Add(1)
-			s.post(func() { s.pingResults(ds, res, err) })
+			at := time.Now()
+			s.post(func() { s.pingResults(ds, pings, res, err, at) })
 		})
 	}
 	for _, d := range s.drivers {
@@ -108,8 +114,9 @@ func (s *sim) pingDue(t time.Duration) {
 	flush()
 }
 
-// pingResults applies the answers of one location-update call to the drivers whose pings it carried.
-func (s *sim) pingResults(ds []*driver, res []PingResult, err error) {
+// pingResults applies the answers of one location-update call (arrived at wall time at) to the
+// drivers whose pings it carried.
+func (s *sim) pingResults(ds []*driver, pings []Ping, res []PingResult, err error, at time.Time) {
 	for _, d := range ds {
 		d.inFlight = false
 	}
@@ -126,6 +133,10 @@ func (s *sim) pingResults(ds []*driver, res []PingResult, err error) {
 		}
 		d := ds[i]
 		s.pingsTotal.Add(1)
+		d.lastPingOK = at
+		if r.Status == "offline" && i < len(pings) && pings[i].Status == "" && d.seenOffline.IsZero() && !d.offline {
+			d.seenOffline = at // he believed he was online: the platform took him offline
+		}
 		switch r.Rejected {
 		case "gps_jump":
 			s.gpsRejected.Add(1)
@@ -242,6 +253,7 @@ func (s *sim) dropOffline(d *driver) {
 		return
 	}
 	d.offline, d.dropDue = true, false
+	d.stoppedWall = time.Now()
 	if d.signsOff {
 		s.signOff(d)
 	} else {
@@ -309,42 +321,40 @@ func (s *sim) decide(d *driver, o Offer, accept bool) {
 	if riderUp {
 		riderDowns = riderSock.downs.Load()
 	}
-	s.submit(func(ctx context.Context) {
-		err := s.c.accept(ctx, o.RideID, d.id)
-		s.post(func() {
-			if err != nil {
-				d.state = stIdle
-				if ae, ok := isConflict(err); ok {
-					s.acceptConflicts++
-					s.conflictReasons[ae.Reason]++
-				} else {
-					s.noteErr("accept", err)
-				}
-				return
+	s.untilAnswered("accept", func(ctx context.Context) error { return s.c.accept(ctx, o.RideID, d.id) }, func(err error) {
+		if err != nil {
+			d.state = stIdle
+			if ae, ok := isConflict(err); ok {
+				s.acceptConflicts++
+				s.conflictReasons[ae.Reason]++
+			} else {
+				s.noteErr("accept", err)
 			}
-			t := s.now()
-			r := s.ride(o.RideID)
-			if r.abandonments > 0 && d.id != r.abandonedBy {
-				r.rematchedAfterAbandon = true
+			return
+		}
+		s.acks = append(s.acks, ack{action: "accept", rideID: o.RideID, driverID: d.id, at: time.Now()})
+		t := s.now()
+		r := s.ride(o.RideID)
+		if r.abandonments > 0 && d.id != r.abandonedBy {
+			r.rematchedAfterAbandon = true
+		}
+		r.accepted, r.accepts, r.acceptedAt, r.acceptedBy = true, r.accepts+1, t, d.id
+		if riderUp {
+			r.acceptExpectPush, r.acceptSentWall = true, sentWall
+			r.riderSockAtAccept, r.riderDownsAtAccept = riderSock, riderDowns
+		}
+		r.acceptedExp, r.pickupDistM, r.abandoned = parseExpiry(o.ExpiresAt), o.DistanceM, false
+		if d.offline { // dropped while his accept was in flight: he never drives to it
+			d.state = stIdle
+			s.abandon(d, r)
+			return
+		}
+		d.state, d.rideID, d.dropoff = stToPickup, o.RideID, o.Dropoff
+		s.drive(d, t, o.Pickup, func() {
+			if r := s.ride(d.rideID); r.acceptedBy == d.id {
+				r.arrivedAt = s.now()
 			}
-			r.accepted, r.accepts, r.acceptedAt, r.acceptedBy = true, r.accepts+1, t, d.id
-			if riderUp {
-				r.acceptExpectPush, r.acceptSentWall = true, sentWall
-				r.riderSockAtAccept, r.riderDownsAtAccept = riderSock, riderDowns
-			}
-			r.acceptedExp, r.pickupDistM, r.abandoned = parseExpiry(o.ExpiresAt), o.DistanceM, false
-			if d.offline { // dropped while his accept was in flight: he never drives to it
-				d.state = stIdle
-				s.abandon(d, r)
-				return
-			}
-			d.state, d.rideID, d.dropoff = stToPickup, o.RideID, o.Dropoff
-			s.drive(d, t, o.Pickup, func() {
-				if r := s.ride(d.rideID); r.acceptedBy == d.id {
-					r.arrivedAt = s.now()
-				}
-				s.transition(d, "start", 0)
-			})
+			s.transition(d, "start")
 		})
 	})
 }
@@ -362,32 +372,60 @@ func (s *sim) drive(d *driver, t time.Duration, dest LatLng, arrived func()) {
 	})
 }
 
-// transition posts start or complete for d's ride; transport errors and 5xx are retried a few times.
-func (s *sim) transition(d *driver, action string, attempt int) {
+// transition posts start or complete for d's ride until it gets a final answer (untilAnswered).
+func (s *sim) transition(d *driver, action string) {
 	rideID := d.rideID
-	s.submit(func(ctx context.Context) {
-		err := s.c.rideAction(ctx, rideID, action, d.id)
-		s.post(func() {
-			if err != nil {
-				if _, ok := isConflict(err); ok {
-					s.transitionConf++
-				} else {
-					s.noteErr(action, err)
-					if retryable(err) && attempt < 3 && s.ctx.Err() == nil {
-						s.schedule(s.now()+2*time.Second, func() { s.transition(d, action, attempt+1) })
-						return
-					}
-				}
-				s.rideEnded(d) // give up on the ride
-				return
+	s.untilAnswered(action, func(ctx context.Context) error { return s.c.rideAction(ctx, rideID, action, d.id) }, func(err error) {
+		if err != nil {
+			if _, ok := isConflict(err); ok {
+				s.transitionConf++
+			} else {
+				s.noteErr(action, err)
 			}
-			if action == "start" {
-				d.state = stToDropoff
-				s.drive(d, s.now(), d.dropoff, func() { s.transition(d, "complete", 0) })
-				return
-			}
-			s.ride(rideID).completed = true
-			s.rideEnded(d)
-		})
+			s.rideEnded(d) // give up on the ride
+			return
+		}
+		s.acks = append(s.acks, ack{action: action, rideID: rideID, driverID: d.id, at: time.Now()})
+		if action == "start" {
+			d.state = stToDropoff
+			s.drive(d, s.now(), d.dropoff, func() { s.transition(d, "complete") })
+			return
+		}
+		s.ride(rideID).completed = true
+		s.rideEnded(d)
 	})
+}
+
+// Back-off of untilAnswered between two attempts, wall time: retryFirst, doubling up to retryMax.
+const (
+	retryFirst = 250 * time.Millisecond
+	retryMax   = 4 * time.Second
+)
+
+// untilAnswered sends call (a driver action: accept, start, complete) until it gets a final answer
+// (2xx, or a 4xx other than 429) and then runs done with its error on the scheduler goroutine. A
+// transport error, a 429 or a 5xx is counted (noteErr) and retried after a back-off (retryFirst
+// doubling to retryMax, wall time): an accept whose answer was lost is answered by the retry (the
+// platform's accept, start and complete are idempotent for the same driver). Calls still unanswered
+// when the replay ends count as Summary.ActionsUnanswered.
+func (s *sim) untilAnswered(name string, call func(context.Context) error, done func(error)) {
+	s.actionsPending++
+	var attempt func(n int)
+	attempt = func(n int) {
+		s.submit(func(ctx context.Context) {
+			err := call(ctx)
+			s.post(func() {
+				if err != nil && finalRetryable(err) && s.ctx.Err() == nil && !s.closed {
+					s.noteErr(name, err)
+					s.actionRetries++
+					wait := min(retryFirst<<min(n, 8), retryMax)
+					s.schedule(s.now()+time.Duration(float64(wait)*s.opts.Speedup), func() { attempt(n + 1) })
+					return
+				}
+				s.actionsPending--
+				done(err)
+			})
+		})
+	}
+	attempt(0)
 }

@@ -137,6 +137,19 @@ type Options struct {
 	// VerifyConfig names the platform's PostgreSQL and Redis (URLs, schema, key prefix); nil reads
 	// them from the environment (config.Load), as `flagdown dev` does.
 	VerifyConfig *config.Config
+	// GroundTruth makes Run judge, at the end, the platform's offline decisions, re-openings, trip
+	// alerts and acknowledged actions against what the replay knows (truth.go; Summary.GroundTruth),
+	// reading the PostgreSQL and Redis of VerifyConfig. Run fails when a count is not 0 or when they
+	// cannot be read.
+	GroundTruth bool
+	// HeartbeatTTL is the platform's FLAGDOWN_HEARTBEAT_TTL (wall time; > 0 with GroundTruth): a
+	// stopped driver must be taken offline within it + OfflineGrace of his last answered ping.
+	HeartbeatTTL time.Duration
+	// OfflineGrace is that slack (wall time, ≥ 0; DefaultOptions: DefaultOfflineGrace).
+	OfflineGrace time.Duration
+	// Outages, when non-nil, returns the outages the run went through (the chaos controller's
+	// faults); the offline deadlines falling in one are judged against its end (see Outage).
+	Outages func() []Outage
 }
 
 // DefaultOptions returns the flag defaults of `flagdown replay`.
@@ -169,6 +182,8 @@ func DefaultOptions() Options {
 		Progress:           true,
 		Verify:             true,
 		VerifyGrace:        DefaultVerifyGrace,
+		HeartbeatTTL:       30 * time.Second,
+		OfflineGrace:       DefaultOfflineGrace,
 	}
 }
 
@@ -205,6 +220,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("batch size must be within 1..%d", MaxBatchSize)
 	case o.VerifyGrace < 0:
 		return errors.New("verify-grace must be ≥ 0")
+	case o.GroundTruth && (o.HeartbeatTTL <= 0 || o.OfflineGrace < 0):
+		return errors.New("heartbeat-ttl must be > 0 and offline-grace ≥ 0 with ground-truth")
 	}
 	if _, err := ParseDriverStarts(string(o.DriverStarts)); err != nil {
 		return err

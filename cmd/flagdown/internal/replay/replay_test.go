@@ -473,24 +473,24 @@ func TestIgnoredOfferTimesOut(t *testing.T) {
 	offer := func(id, ride string, exp time.Time) *Offer {
 		return &Offer{OfferID: id, RideID: ride, ExpiresAt: exp.Format(time.RFC3339Nano)}
 	}
-	s.pingResults([]*driver{a}, []PingResult{{DriverID: "a", Status: "available", Offer: offer("o1", "r1", base)}}, nil)
-	s.pingResults([]*driver{a}, []PingResult{{DriverID: "a", Status: "available", Offer: offer("o1", "r1", base)}}, nil)
+	s.pingResults([]*driver{a}, nil, []PingResult{{DriverID: "a", Status: "available", Offer: offer("o1", "r1", base)}}, nil, time.Now())
+	s.pingResults([]*driver{a}, nil, []PingResult{{DriverID: "a", Status: "available", Offer: offer("o1", "r1", base)}}, nil, time.Now())
 	if s.offersIgnored != 1 || s.offerTimeouts != 0 || a.ignoring == nil {
 		t.Fatalf("after seeing o1 twice: ignored %d timeouts %d", s.offersIgnored, s.offerTimeouts)
 	}
-	s.pingResults([]*driver{a}, []PingResult{{DriverID: "a", Status: "available"}}, nil) // o1 vanished
+	s.pingResults([]*driver{a}, nil, []PingResult{{DriverID: "a", Status: "available"}}, nil, time.Now()) // o1 vanished
 	if s.offerTimeouts != 1 || a.ignoring != nil {
 		t.Fatalf("vanished offer not counted: timeouts %d", s.offerTimeouts)
 	}
 	// b ignores o2 on r2; a is offered r2 by an offer expiring earlier (older): no timeout of o2 yet.
-	s.pingResults([]*driver{b}, []PingResult{{DriverID: "b", Offer: offer("o2", "r2", base.Add(time.Minute))}}, nil)
-	s.pingResults([]*driver{a}, []PingResult{{DriverID: "a", Offer: offer("o0", "r2", base.Add(30*time.Second))}}, nil)
+	s.pingResults([]*driver{b}, nil, []PingResult{{DriverID: "b", Offer: offer("o2", "r2", base.Add(time.Minute))}}, nil, time.Now())
+	s.pingResults([]*driver{a}, nil, []PingResult{{DriverID: "a", Offer: offer("o0", "r2", base.Add(30*time.Second))}}, nil, time.Now())
 	if s.offerTimeouts != 1 {
 		t.Fatalf("an older offer to another driver confirmed o2: timeouts %d", s.offerTimeouts)
 	}
 	// c is offered r2 later than both: o2 (b) and o0 (a) timed out.
 	c := testDriver("c", 2, o)
-	s.pingResults([]*driver{c}, []PingResult{{DriverID: "c", Offer: offer("o3", "r2", base.Add(2*time.Minute))}}, nil)
+	s.pingResults([]*driver{c}, nil, []PingResult{{DriverID: "c", Offer: offer("o3", "r2", base.Add(2*time.Minute))}}, nil, time.Now())
 	if s.offerTimeouts != 3 || s.offersIgnored != 4 {
 		t.Fatalf("later offer to another driver: timeouts %d ignored %d, want 3, 4", s.offerTimeouts, s.offersIgnored)
 	}

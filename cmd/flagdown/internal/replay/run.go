@@ -199,6 +199,22 @@ loop:
 		}
 	}
 	sum := s.summary(nextTrip, skipped, pingWall)
+	sum.ActionRetries, sum.ActionsUnanswered = s.actionRetries, s.actionsPending
+	for _, d := range s.drivers {
+		if d.rideID != "" {
+			sum.RidesInHand = append(sum.RidesInHand, d.rideID)
+		}
+	}
+	var truthErr error
+	if !interrupted && opts.GroundTruth {
+		if truthErr = s.groundTruthInto(ctx, sum); ctx.Err() != nil {
+			interrupted, truthErr = true, nil
+		} else if truthErr == nil {
+			if f := sum.GroundTruth.Failures(); len(f) > 0 {
+				truthErr = fmt.Errorf("ground truth: %s", strings.Join(f, ", "))
+			}
+		}
+	}
 	var verifyErr error
 	if !interrupted && opts.Verify {
 		if err := waitBeforeVerify(ctx, opts, lastRequest, out); err != nil {
@@ -222,5 +238,8 @@ loop:
 	if verifyErr != nil {
 		return sum, verifyErr
 	}
-	return sum, invariantsError(sum)
+	if err := invariantsError(sum); err != nil {
+		return sum, err
+	}
+	return sum, truthErr
 }

@@ -102,6 +102,12 @@ type sim struct {
 	transitionConf   int
 	httpErrors       map[string]int
 	errorExamples    []string
+
+	// acks are the 2xx answers to accept/start/complete (ground truth); actionsPending the actions
+	// sent and not finally answered yet; actionRetries the attempts untilAnswered repeated.
+	acks           []ack
+	actionsPending int
+	actionRetries  int
 }
 
 // maxExamples caps each list of example errors the summary keeps.
@@ -180,6 +186,16 @@ func isConflict(err error) (*APIError, bool) {
 		return ae, true
 	}
 	return nil, false
+}
+
+// finalRetryable reports whether err is not a final answer to a driver action: a transport error,
+// a 429 (rate limited) or a 5xx answer.
+func finalRetryable(err error) bool {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.Status >= 500 || ae.Status == http.StatusTooManyRequests
+	}
+	return true
 }
 
 // retryable reports whether err is worth retrying: a transport error or a 5xx answer.

@@ -360,6 +360,23 @@ type Summary struct {
 	WallSeconds float64 `json:"wall_seconds"`
 	// Interrupted is true when the replay was cancelled before the end (figures are partial).
 	Interrupted bool `json:"interrupted"`
+
+	// GroundTruth is the verdict of the replay's ground truth (Options.GroundTruth; nil when it did
+	// not run): offline decisions, re-openings and trip alerts without cause, missed offline
+	// drivers, acknowledged actions not reflected, offline detection latency.
+	GroundTruth *GroundTruth `json:"ground_truth"`
+	// GroundTruthError says why it did not run although it was asked for ("" otherwise).
+	GroundTruthError string `json:"ground_truth_error"`
+	// ActionRetries is how many times an accept, start or complete was sent again after a
+	// transport error, a 429 or a 5xx; ActionsUnanswered how many got no final answer before the
+	// replay ended.
+	ActionRetries     int `json:"action_retries"`
+	ActionsUnanswered int `json:"actions_unanswered"`
+	// RidesInHand are the rides a simulated driver still held (accepting, driving to the pickup or
+	// the dropoff) when the replay stopped: they are ACCEPTED or IN_PROGRESS for a reason.
+	RidesInHand []string `json:"-"`
+	// truth is the replay's side of its ground truth (Rejudge).
+	truth truthInput
 	// TripsInWindow is how many trips of the file fall in the replay window.
 	TripsInWindow int `json:"trips_in_window"`
 	// TripsSkippedRows is how many CSV rows failed to parse.
@@ -507,6 +524,12 @@ func (s *Summary) WriteTable(w io.Writer) {
 	}
 	if len(s.HTTPErrors) > 0 {
 		row("http errors", "%v", s.HTTPErrors)
+	}
+	row("driver actions", "%d retried, %d unanswered at the end", s.ActionRetries, s.ActionsUnanswered)
+	if g := s.GroundTruth; g != nil {
+		g.WriteRows(row)
+	} else if s.GroundTruthError != "" {
+		row("ground truth", "NOT JUDGED: %s", s.GroundTruthError)
 	}
 	switch {
 	case s.VerifyRan:

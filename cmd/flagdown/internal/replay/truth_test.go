@@ -1,0 +1,96 @@
+package replay
+
+import (
+	"testing"
+	"time"
+)
+
+// TestJudge checks each count of the ground truth on a hand-made run: a TTL of 10 s, grace 2 s.
+func TestJudge(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	in := truthInput{
+		ttl: 10 * time.Second, grace: 2 * time.Second, judgedAt: at(300),
+		drivers: []driverTruth{
+			{id: "pinging", lastPingOK: at(299)},                                     // never stopped
+			{id: "stopped-ok", stopped: at(20), lastPingOK: at(19)},                  // taken offline at 30
+			{id: "stopped-late", stopped: at(20), lastPingOK: at(19)},                // taken offline at 40: late
+			{id: "stopped-never", stopped: at(20), lastPingOK: at(19)},               // never, Redis says available
+			{id: "stopped-gone", stopped: at(20), lastPingOK: at(19)},                // never, Redis holds nothing
+			{id: "stopped-outage", stopped: at(100), lastPingOK: at(99)},             // outage 105..140: until 160
+			{id: "stopped-recent", stopped: at(295), lastPingOK: at(294)},            // deadline after judgedAt
+			{id: "alerted", lastPingOK: at(299)},                                     // pinging, trip alert
+			{id: "reopened", stopped: at(200), lastPingOK: at(199)},                  // reopened at 150: false
+			{id: "seen-offline", lastPingOK: at(299)},                                // ping answer said offline
+			{id: "signed-off", stopped: at(50), signedOff: true, lastPingOK: at(50)}, // not judged
+		},
+		decisions: []offlineDecision{
+			{kind: "driver_offline", driverID: "stopped-ok", at: at(30)},
+			{kind: "driver_offline", driverID: "stopped-late", at: at(40)},
+			{kind: "driver_offline", driverID: "stopped-outage", at: at(155)},
+			{kind: "ride_driver_offline", driverID: "alerted", rideID: "r1", at: at(60)},
+			{kind: "ride_reopened", driverID: "reopened", rideID: "r2", reason: "driver_offline", at: at(150)},
+			{kind: "ride_reopened", driverID: "stopped-ok", rideID: "r3", reason: "driver_cancelled", at: at(35)},
+			{kind: "ping_answer", driverID: "seen-offline", at: at(70)},
+		},
+		presence: map[string]string{"stopped-never": "available", "stopped-gone": ""},
+		outages:  []Outage{{What: "redis_sigstop", From: at(105), To: at(140)}},
+		acks: []ack{
+			{action: "accept", rideID: "r4", driverID: "a"}, {action: "start", rideID: "r4", driverID: "a"},
+			{action: "complete", rideID: "r4", driverID: "a"},
+			{action: "accept", rideID: "r5", driverID: "b"},   // not in the outbox
+			{action: "complete", rideID: "r6", driverID: "c"}, // still IN_PROGRESS
+		},
+		rides: map[string]rideFact{
+			"r4": {status: "COMPLETED", driverID: "a", acceptedBy: map[string]bool{"a": true}, started: true},
+			"r5": {status: "REQUESTED", acceptedBy: map[string]bool{}},
+			"r6": {status: "IN_PROGRESS", driverID: "c", acceptedBy: map[string]bool{"c": true}, started: true},
+		},
+	}
+	g := judge(in)
+	want := map[string][2]int{
+		"false_offline_drivers":  {g.FalseOfflineDrivers, 3},  // alerted, reopened, seen-offline
+		"missed_offline_drivers": {g.MissedOfflineDrivers, 2}, // stopped-late, stopped-never
+		"false_reopens":          {g.FalseReopens, 2},         // r2 (driver pinging), r3 (no cause)
+		"false_trip_alerts":      {g.FalseTripAlerts, 1},
+		"acked_not_reflected":    {g.AckedNotReflected, 2},
+		"drivers_stopped":        {g.DriversStopped, 7},
+		"offline_judged":         {g.OfflineJudged, 6}, // stopped-recent is not judged yet
+		"offline_detected":       {g.OfflineDetected, 4},
+		"offline_detection":      {g.OfflineDetectionCount, 2},
+	}
+	for k, v := range want {
+		if v[0] != v[1] {
+			t.Errorf("%s = %d, want %d (examples %v)", k, v[0], v[1], g.Examples)
+		}
+	}
+	if g.OfflineDetectionP50S != 11 || g.OfflineDetectionP99S != 56 {
+		t.Errorf("detection p50/p99 = %g / %g s, want 11 / 56", g.OfflineDetectionP50S, g.OfflineDetectionP99S)
+	}
+	if f := g.Failures(); len(f) != 5 {
+		t.Errorf("failures %v, want all five counts", f)
+	}
+}
+
+// TestDeadline: outside outages the last answered ping + TTL + grace; an outage overlapping that
+// span moves it to the outage's end + 2 × TTL; an outage not over yet leaves it undecided.
+func TestDeadline(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	d := driverTruth{id: "x", stopped: t0.Add(time.Second), lastPingOK: t0}
+	ttl, grace := 30*time.Second, 2*time.Second
+	if dl, ok := deadline(d, nil, ttl, grace); !ok || !dl.Equal(t0.Add(32*time.Second)) {
+		t.Errorf("no outage: %v %v, want t0+32s", dl, ok)
+	}
+	before := []Outage{{From: t0.Add(-time.Minute), To: t0.Add(-time.Second)}}
+	if dl, _ := deadline(d, before, ttl, grace); !dl.Equal(t0.Add(32 * time.Second)) {
+		t.Errorf("outage before: %v, want t0+32s", dl)
+	}
+	in := []Outage{{From: t0.Add(10 * time.Second), To: t0.Add(45 * time.Second)}}
+	if dl, _ := deadline(d, in, ttl, grace); !dl.Equal(t0.Add(105 * time.Second)) {
+		t.Errorf("outage inside: %v, want t0+105s", dl)
+	}
+	open := []Outage{{From: t0.Add(10 * time.Second)}}
+	if _, ok := deadline(d, open, ttl, grace); ok {
+		t.Error("an outage not over yet gave a deadline")
+	}
+}
