@@ -47,6 +47,10 @@ const (
 	DriverPaused     DriverStatus = "paused"
 	DriverBusy       DriverStatus = "busy"
 	DriverNavigating DriverStatus = "navigating"
+	// DriverUnknown is only ever an answer to a ping that named no status from a driver of whom
+	// Redis holds no state (it restarted empty, or his state expired): flagdown does not know
+	// whether he is online, offers him nothing, and his app must send its status with the next ping.
+	DriverUnknown DriverStatus = "unknown"
 )
 
 // ParseClientDriverStatus accepts the statuses a driver's app may set: offline, available, paused.

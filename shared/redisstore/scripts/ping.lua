@@ -26,7 +26,7 @@
 -- ARGV[15] pings_per_min    the driver's ping budget: pings per minute, with a burst of as many
 --                           (0 = unlimited)
 -- Returns {applied (1 or 0), rejected ('', 'stale', 'gps_jump' or 'rate_limited'), status after
--- the ping, the offer lock's JSON or '', the ride whose rider is due a position push or '', ms to
+-- the ping ('unknown' when he named none and Redis held no state of his), the offer lock's JSON or '', the ride whose rider is due a position push or '', ms to
 -- wait before the next ping is within the budget (0 unless rate_limited)}.
 --
 -- The one key not in KEYS is the live position of the driver's ride, P ridepos:{ride}
@@ -85,6 +85,10 @@ local push_every_ms = tonumber(ARGV[14])
 local pings_per_min = tonumber(ARGV[15])
 
 local cur = redis.call('HMGET', driver_key, 'ts', 'lat', 'lng', 'status', 'ride', 'resume', 'hailhold', 'rl')
+-- No state (Redis restarted empty, or the hash expired) and no status asked: nothing says whether he
+-- is online. He is kept as offline (offered nothing) and answered 'unknown', never 'offline', so his
+-- app says its status with the next ping.
+local unknown = cur[4] == false and asked_status == ''
 local status = cur[4] or 'offline'
 local ride = cur[5] or ''
 
@@ -161,4 +165,6 @@ if ride ~= '' and applied == 1 then
     redis.call('PEXPIRE', ride_pos_key, ride_pos_ttl_ms)
   end
 end
-return {applied, rejected, status, offer or '', push, 0}
+local answered = status
+if unknown and ride == '' then answered = 'unknown' end
+return {applied, rejected, answered, offer or '', push, 0}

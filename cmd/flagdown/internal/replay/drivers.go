@@ -144,7 +144,8 @@ func (s *sim) pingResults(ds []*driver, pings []Ping, res []PingResult, err erro
 			s.staleRejected.Add(1)
 		}
 		if r.Status != "" {
-			d.online = r.Status != "offline"
+			// "unknown": the platform lost his state; his next ping says he is available again.
+			d.online = r.Status != "offline" && r.Status != "unknown"
 		}
 		// An ignored offer that is no longer in his answer has timed out (he neither accepted nor
 		// declined it, and our riders never cancel).
