@@ -8,6 +8,7 @@ import (
 
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
 	"github.com/flagdown/flagdown/shared/config"
+	"github.com/flagdown/flagdown/shared/pgstore"
 )
 
 // Review item 3 of issue 17: the fencing token must outlive the driver hash. Redis loses d-1's hash
@@ -101,5 +102,43 @@ func TestReconcileTakesPostgreSQLsWordWhenRedisIsAhead(t *testing.T) {
 	}
 	if got := env.DriverField(t, "d-1", "ride"); got != "" {
 		t.Errorf("Redis ride of d-1 after complete = %q, want none", got)
+	}
+}
+
+// After PostgreSQL moved backwards, the drivers Redis holds free and PostgreSQL holds free are not
+// divergent, but their fences are past every token PostgreSQL's sequence will hand out for a
+// while: one reconcile run moves the sequence past P fence:max, and the next change of such a
+// driver (an accept) reaches Redis at once.
+func TestReconcileMovesTheTokenSequencePastRedis(t *testing.T) {
+	t.Parallel()
+	env := fntest.NewTimeoutEnv(t, func(c *config.Config) { c.ReconcileGrace = 0 })
+	ctx := t.Context()
+	env.Ping(t, "d-1", fntest.Offset(pickup, 100, 0))
+	const ahead = 1_000_000 // tokens of the transactions PostgreSQL lost
+	rdb := env.D.Redis.Client()
+	for _, k := range []string{"fence:d-1", "fence:max"} {
+		if err := rdb.Set(ctx, env.Key(k), ahead, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := env.Reconcile.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last, err := pgstore.LastAssignmentToken(ctx, env.D.DB.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last < ahead {
+		t.Errorf("last token of the sequence after reconcile = %d, want at least %d (Redis's highest)", last, ahead)
+	}
+	rideID := offered(t, env, "r-1", "d-1")
+	if status, body := env.AcceptRide(t, rideID, "d-1"); status != http.StatusOK {
+		t.Fatalf("accept: %d %v", status, body)
+	}
+	if got := env.DriverField(t, "d-1", "ride"); got != rideID {
+		t.Errorf("Redis ride of d-1 right after his accept = %q, want %q", got, rideID)
+	}
+	if env.InGeo(t, "d-1") {
+		t.Errorf("d-1, on a ride, is in the available set")
 	}
 }
