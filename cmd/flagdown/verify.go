@@ -61,7 +61,8 @@ func newVerifyCmd() *cobra.Command {
 	return cmd
 }
 
-// verifyDeployment opens PostgreSQL and Redis as cfg says and runs invariants.Check with grace.
+// verifyDeployment opens PostgreSQL and Redis as cfg says and runs invariants.CheckWith with grace
+// and cfg's pickup deadline and trip ceiling.
 func verifyDeployment(ctx context.Context, cfg *config.Config, grace time.Duration) (invariants.Report, error) {
 	openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	d, err := host.Open(openCtx, cfg, logging.Discard())
@@ -70,7 +71,8 @@ func verifyDeployment(ctx context.Context, cfg *config.Config, grace time.Durati
 		return invariants.Report{}, fmt.Errorf("verify: %w", err)
 	}
 	defer d.Close()
-	rep, err := invariants.Check(ctx, d.DB, d.Redis, grace)
+	rep, err := invariants.CheckWith(ctx, d.DB, d.Redis,
+		invariants.Options{Grace: grace, PickupDeadline: cfg.PickupDeadline, TripCeiling: cfg.TripCeiling})
 	if err != nil {
 		return invariants.Report{}, fmt.Errorf("verify: %w", err)
 	}

@@ -16,10 +16,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/lifecycle"
 	"github.com/flagdown/flagdown/shared/pgstore"
 	"github.com/flagdown/flagdown/shared/redisstore"
@@ -42,6 +45,12 @@ const (
 	RequestedRideIdle       Name = "requested_ride_idle"
 	OutboxBacklog           Name = "outbox_backlog"
 	RidePositionWrongDriver Name = "ride_position_wrong_driver"
+	FenceAhead              Name = "fence_ahead"
+	FenceBehind             Name = "fence_behind"
+	OfferLockNotPending     Name = "offer_lock_not_pending"
+	PendingOfferNoLock      Name = "pending_offer_no_lock"
+	PickupOverdue           Name = "pickup_overdue"
+	TripOverdueNoAlert      Name = "trip_overdue_no_alert"
 )
 
 // Key is the invariant's key in the replay summary: "invariant_<name>".
@@ -80,7 +89,35 @@ var All = []Invariant{
 		"an outbox row still unpublished more than grace after it was written: its event has not reached the broker"},
 	{RidePositionWrongDriver, "rides",
 		"an ACCEPTED/IN_PROGRESS ride whose live position in Redis names a driver other than the ride's (an empty driver is fine); only rides whose assignment is older than grace"},
+	{FenceAhead, "drivers (and the token sequence)",
+		"Redis applied a fencing token newer than PostgreSQL's: a driver's fence (P fence:{id}) is past his driver_assignments token, or Redis's highest (P fence:max) is past the last value of the sequence assignment_token (example id assignment_token). PostgreSQL moved backwards (failover to an asynchronous replica, point-in-time restore) and reconcile has not taken its word yet; among the drivers PostgreSQL or Redis has on a ride"},
+	{FenceBehind, "drivers",
+		"a driver's fence in Redis is older than his driver_assignments token, which changed more than grace ago: the last change of his assignment never reached Redis; among the drivers PostgreSQL or Redis has on a ride"},
+	{OfferLockNotPending, "offer locks",
+		"a driver's offer lock in Redis holds an offer that is not PENDING in PostgreSQL: answered, expired or cancelled more than grace ago (the lock was not released, and keeps him from every other offer), or no such offer and its window closed more than grace ago"},
+	{PendingOfferNoLock, "offers",
+		"a PENDING offer created more than grace ago, whose window closes more than grace from now, whose driver's offer lock in Redis is missing or holds another offer: nothing keeps a second offer from him in Redis"},
+	{PickupOverdue, "rides",
+		"a ride still ACCEPTED more than the pickup deadline (FLAGDOWN_PICKUP_DEADLINE) plus grace after its accept: it should have been re-opened (ride.reopened, reason pickup_overdue); none when the deadline is off"},
+	{TripOverdueNoAlert, "rides",
+		"a ride IN_PROGRESS more than the trip ceiling (FLAGDOWN_TRIP_CEILING) plus grace after its start with no ride.overdue alert in the outbox; none when the ceiling is off"},
 }
+
+// Options say how Check judges.
+type Options struct {
+	// Grace is how long something only eventually true may stay wrong before it counts (≥ 0).
+	Grace time.Duration
+	// PickupDeadline is FLAGDOWN_PICKUP_DEADLINE (0: off), TripCeiling FLAGDOWN_TRIP_CEILING (0:
+	// off), as the platform runs with them.
+	PickupDeadline, TripCeiling time.Duration
+}
+
+// DefaultPickupDeadline and DefaultTripCeiling are the defaults of FLAGDOWN_PICKUP_DEADLINE and
+// FLAGDOWN_TRIP_CEILING (shared/config), which Check judges with.
+const (
+	DefaultPickupDeadline = 30 * time.Minute
+	DefaultTripCeiling    = 3 * time.Hour
+)
 
 // MaxExamples is how many example ids a Result keeps.
 const MaxExamples = 10
@@ -202,17 +239,24 @@ func (r Report) Table(w io.Writer) error {
 	return err
 }
 
-// Check reads PostgreSQL (db) and Redis (rs) and returns how many drivers, rides, offers and events
-// break each invariant of All, judging anything eventual with grace (≥ 0). It writes nothing. An
-// error (CodeUnavailable when a store cannot be reached, CodeInternal otherwise) means the check did
-// not complete; the report is then the zero Report.
+// Check is CheckWith with grace and the default pickup deadline and trip ceiling.
 func Check(ctx context.Context, db *pgstore.DB, rs *redisstore.Store, grace time.Duration) (Report, error) {
-	if grace < 0 {
-		grace = 0
-	}
+	return CheckWith(ctx, db, rs, Options{Grace: grace, PickupDeadline: DefaultPickupDeadline, TripCeiling: DefaultTripCeiling})
+}
+
+// CheckWith reads PostgreSQL (db) and Redis (rs) and returns how many drivers, rides, offers and
+// events break each invariant of All, judging anything eventual with opt.Grace (a negative one is
+// 0) and the ride timeouts with opt's. It writes nothing. An error (CodeUnavailable when a store
+// cannot be reached, CodeInternal otherwise) means the check did not complete; the report is then
+// the zero Report.
+func CheckWith(ctx context.Context, db *pgstore.DB, rs *redisstore.Store, opt Options) (Report, error) {
+	grace := max(opt.Grace, 0)
 	rep := newReport(grace)
 	if err := checkAssignments(ctx, db, rs, grace, rep); err != nil {
 		return Report{}, fmt.Errorf("invariants: assignments: %w", err)
+	}
+	if err := checkSequence(ctx, db, rs, rep); err != nil {
+		return Report{}, fmt.Errorf("invariants: %s: %w", FenceAhead, err)
 	}
 	q := db.Pool
 	for _, c := range []struct {
@@ -226,6 +270,9 @@ func Check(ctx context.Context, db *pgstore.DB, rs *redisstore.Store, grace time
 		{PendingOfferWhileOnRide, func() (pgstore.Violations, error) { return pgstore.PendingOffersWhileOnRide(ctx, q, MaxExamples) }},
 		{PendingOfferOverdue, func() (pgstore.Violations, error) { return pgstore.OverduePendingOffers(ctx, q, grace, MaxExamples) }},
 		{OutboxBacklog, func() (pgstore.Violations, error) { return pgstore.OutboxBacklog(ctx, q, grace, MaxExamples) }},
+		{PickupOverdue, func() (pgstore.Violations, error) {
+			return pgstore.AcceptedPastPickupDeadline(ctx, q, opt.PickupDeadline, grace, MaxExamples)
+		}},
 	} {
 		v, err := c.run()
 		if err != nil {
@@ -239,12 +286,107 @@ func Check(ctx context.Context, db *pgstore.DB, rs *redisstore.Store, grace time
 	if err := checkRidePositions(ctx, db, rs, grace, rep); err != nil {
 		return Report{}, fmt.Errorf("invariants: %s: %w", RidePositionWrongDriver, err)
 	}
+	if err := checkOfferLocks(ctx, db, rs, grace, rep); err != nil {
+		return Report{}, fmt.Errorf("invariants: %s: %w", OfferLockNotPending, err)
+	}
+	if err := checkPendingLocks(ctx, db, rs, grace, rep); err != nil {
+		return Report{}, fmt.Errorf("invariants: %s: %w", PendingOfferNoLock, err)
+	}
+	if err := checkTripAlerts(ctx, db, opt.TripCeiling, grace, rep); err != nil {
+		return Report{}, fmt.Errorf("invariants: %s: %w", TripOverdueNoAlert, err)
+	}
 	return rep, nil
 }
 
-// checkAssignments fills DriverRideMismatch and AvailableWhileOnRide from lifecycle.CheckAssignments
-// (PostgreSQL, then Redis), keeping only the suspects whose PostgreSQL assignment is unchanged when
-// read again afterwards (same epoch, or still no row).
+// checkOfferLocks fills OfferLockNotPending: every offer lock (Redis), then the offers they hold
+// (PostgreSQL, read after: an offer committed meanwhile is PENDING there).
+func checkOfferLocks(ctx context.Context, db *pgstore.DB, rs *redisstore.Store, grace time.Duration, rep Report) error {
+	locks, err := rs.OfferLocks(ctx)
+	if err != nil || len(locks) == 0 {
+		return err
+	}
+	ids, exp := make([]string, len(locks)), make([]time.Time, len(locks))
+	for i, l := range locks {
+		ids[i], exp[i] = l.Offer.OfferID, l.Offer.ExpiresAt
+	}
+	v, err := pgstore.LockedOffersNotPending(ctx, db.Pool, ids, exp, grace, MaxExamples)
+	if err != nil {
+		return err
+	}
+	rep.set(OfferLockNotPending, v.Count, v.IDs)
+	return nil
+}
+
+// checkPendingLocks fills PendingOfferNoLock: open PENDING offers (PostgreSQL), their drivers'
+// locks (Redis), then the suspects read again (still PENDING and open).
+func checkPendingLocks(ctx context.Context, db *pgstore.DB, rs *redisstore.Store, grace time.Duration, rep Report) error {
+	open, err := pgstore.OpenPendingOffers(ctx, db.Pool, grace, nil)
+	if err != nil || len(open) == 0 {
+		return err
+	}
+	drivers := make([]string, len(open))
+	for i, o := range open {
+		drivers[i] = o.DriverID
+	}
+	held, err := rs.OfferLockHolders(ctx, drivers)
+	if err != nil {
+		return err
+	}
+	var suspects []string
+	for i, o := range open {
+		if held[i] != o.OfferID {
+			suspects = append(suspects, o.OfferID)
+		}
+	}
+	if len(suspects) == 0 {
+		return nil
+	}
+	still, err := pgstore.OpenPendingOffers(ctx, db.Pool, grace, suspects)
+	if err != nil {
+		return err
+	}
+	ids := make([]string, len(still))
+	for i, o := range still {
+		ids[i] = o.OfferID
+	}
+	rep.set(PendingOfferNoLock, len(ids), ids)
+	return nil
+}
+
+// checkTripAlerts fills TripOverdueNoAlert: IN_PROGRESS rides past ceiling + grace, then which of
+// them have their ride.overdue outbox row (lifecycle.TripOverdueEventID).
+func checkTripAlerts(ctx context.Context, db *pgstore.DB, ceiling, grace time.Duration, rep Report) error {
+	if ceiling <= 0 {
+		return nil
+	}
+	due, err := pgstore.OverdueRides(ctx, db.Pool, dispatch.RideInProgress, ceiling+grace, nil, math.MaxInt32)
+	if err != nil || len(due) == 0 {
+		return err
+	}
+	eventIDs := make([]string, len(due))
+	for i, id := range due {
+		eventIDs[i] = lifecycle.TripOverdueEventID(id)
+	}
+	found, err := pgstore.OutboxEventsExist(ctx, db.Pool, eventIDs)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	for i, id := range due {
+		if !found[eventIDs[i]] {
+			missing = append(missing, id)
+		}
+	}
+	sort.Strings(missing)
+	rep.set(TripOverdueNoAlert, len(missing), missing)
+	return nil
+}
+
+// checkAssignments fills DriverRideMismatch, AvailableWhileOnRide, FenceAhead (its drivers) and
+// FenceBehind from lifecycle.CheckAssignments (PostgreSQL, then Redis), keeping only the suspects
+// whose PostgreSQL assignment is unchanged when read again afterwards (same token, or still no
+// row). All but FenceAhead count only settled drivers (unchanged for grace): Redis is never
+// legitimately ahead.
 func checkAssignments(ctx context.Context, db *pgstore.DB, rs *redisstore.Store, grace time.Duration, rep Report) error {
 	checks, err := lifecycle.CheckAssignments(ctx, db.Pool, rs)
 	if err != nil {
@@ -253,7 +395,8 @@ func checkAssignments(ctx context.Context, db *pgstore.DB, rs *redisstore.Store,
 	var suspects []lifecycle.AssignmentCheck
 	var ids []string
 	for _, c := range checks {
-		if c.Settled(grace) && (c.Redis.RideID != c.PG.RideID || (c.PG.RideID != "" && c.Redis.InAvailable)) {
+		settled := c.Settled(grace)
+		if (settled && (c.Redis.RideID != c.PG.RideID || (c.PG.RideID != "" && c.Redis.InAvailable) || c.Behind())) || c.Ahead() {
 			suspects, ids = append(suspects, c), append(ids, c.DriverID)
 		}
 	}
@@ -264,11 +407,17 @@ func checkAssignments(ctx context.Context, db *pgstore.DB, rs *redisstore.Store,
 	if err != nil {
 		return err
 	}
-	var mismatch, available []string
+	var mismatch, available, ahead, behind []string
 	for _, c := range suspects { // sorted by driver id, as CheckAssignments returns them
 		row, ok := fresh[c.DriverID]
 		if ok != c.HasRow || (ok && row.Epoch != c.PG.Epoch) {
 			continue // PostgreSQL moved while Redis was read: judged at the next check
+		}
+		if c.Ahead() {
+			ahead = append(ahead, c.DriverID)
+		}
+		if !c.Settled(grace) {
+			continue
 		}
 		if c.Redis.RideID != c.PG.RideID {
 			mismatch = append(mismatch, c.DriverID)
@@ -276,9 +425,31 @@ func checkAssignments(ctx context.Context, db *pgstore.DB, rs *redisstore.Store,
 		if c.PG.RideID != "" && c.Redis.InAvailable {
 			available = append(available, c.DriverID)
 		}
+		if c.Behind() {
+			behind = append(behind, c.DriverID)
+		}
 	}
 	rep.set(DriverRideMismatch, len(mismatch), mismatch)
 	rep.set(AvailableWhileOnRide, len(available), available)
+	rep.set(FenceAhead, len(ahead), ahead)
+	rep.set(FenceBehind, len(behind), behind)
+	return nil
+}
+
+// checkSequence adds to FenceAhead the token sequence when Redis's highest token is past
+// PostgreSQL's last token read afterwards (a token committed and applied in between is then in
+// PostgreSQL's read too).
+func checkSequence(ctx context.Context, db *pgstore.DB, rs *redisstore.Store, rep Report) error {
+	top, err := rs.MaxFence(ctx)
+	if err != nil || top == 0 {
+		return err
+	}
+	last, err := pgstore.LastAssignmentToken(ctx, db.Pool)
+	if err != nil || top <= last {
+		return err
+	}
+	res := rep.result(FenceAhead)
+	rep.set(FenceAhead, res.Count+1, append(append([]string{}, res.Examples...), "assignment_token"))
 	return nil
 }
 
