@@ -17,11 +17,15 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/lifecycle"
 	"github.com/flagdown/flagdown/shared/pgstore"
@@ -51,6 +55,8 @@ const (
 	PendingOfferNoLock      Name = "pending_offer_no_lock"
 	PickupOverdue           Name = "pickup_overdue"
 	TripOverdueNoAlert      Name = "trip_overdue_no_alert"
+	DeadLetteredEvents      Name = "dead_lettered_events"
+	ConsumerLag             Name = "consumer_lag"
 )
 
 // Key is the invariant's key in the replay summary: "invariant_<name>".
@@ -101,7 +107,18 @@ var All = []Invariant{
 		"a ride still ACCEPTED more than the pickup deadline (FLAGDOWN_PICKUP_DEADLINE) plus grace after its accept: it should have been re-opened (ride.reopened, reason pickup_overdue); none when the deadline is off"},
 	{TripOverdueNoAlert, "rides",
 		"a ride IN_PROGRESS more than the trip ceiling (FLAGDOWN_TRIP_CEILING) plus grace after its start with no ride.overdue alert in the outbox; none when the ceiling is off"},
+	{DeadLetteredEvents, "events (examples: their subjects)",
+		"an event in the broker's dead-letter stream (<stream>_DLQ): a consumer refused it or failed on it past its last retry, and its effect never happened; checked only when the broker is reachable"},
+	{ConsumerLag, "consumers",
+		"a durable consumer of the events stream with more than Options.MaxConsumerLag events not yet delivered to it (JetStream's pending count): its function is down or falls behind; checked only when the broker is reachable"},
 }
+
+// brokerInvariants are the invariants Check can judge only with a broker (Options.Broker).
+var brokerInvariants = []Name{DeadLetteredEvents, ConsumerLag}
+
+// DefaultMaxConsumerLag is the consumer lag (events not yet delivered) above which ConsumerLag
+// counts a consumer when Options.MaxConsumerLag is 0.
+const DefaultMaxConsumerLag = 1000
 
 // Options say how Check judges.
 type Options struct {
@@ -110,6 +127,12 @@ type Options struct {
 	// PickupDeadline is FLAGDOWN_PICKUP_DEADLINE (0: off), TripCeiling FLAGDOWN_TRIP_CEILING (0:
 	// off), as the platform runs with them.
 	PickupDeadline, TripCeiling time.Duration
+	// Broker, when not nil, is the deployment's JetStream broker: DeadLetteredEvents and
+	// ConsumerLag are judged on its streams (read only). When nil they are reported not checked.
+	Broker *broker.Broker
+	// MaxConsumerLag is the most events a consumer may have not yet delivered (0:
+	// DefaultMaxConsumerLag).
+	MaxConsumerLag uint64
 }
 
 // DefaultPickupDeadline and DefaultTripCeiling are the defaults of FLAGDOWN_PICKUP_DEADLINE and
@@ -137,6 +160,10 @@ type Report struct {
 	Grace time.Duration
 	// Results has one entry per invariant of All, in that order.
 	Results []Result
+	// NotChecked names the invariants that could not be judged (count 0), with NotCheckedWhy.
+	NotChecked []Name
+	// NotCheckedWhy says why they were not (e.g. no broker reachable).
+	NotCheckedWhy string
 }
 
 func newReport(grace time.Duration) Report {
@@ -213,6 +240,9 @@ func (r Report) MarshalJSON() ([]byte, error) {
 		}
 	}
 	m["examples"] = ex
+	if len(r.NotChecked) > 0 {
+		m["not_checked"], m["not_checked_why"] = r.NotChecked, r.NotCheckedWhy
+	}
 	return json.Marshal(m)
 }
 
@@ -222,6 +252,10 @@ func (r Report) Table(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "invariant\tcount\texamples")
 	for _, res := range r.Results {
+		if slices.Contains(r.NotChecked, res.Name) {
+			fmt.Fprintf(tw, "%s\t-\tnot checked: %s\n", res.Name, r.NotCheckedWhy)
+			continue
+		}
 		ex := strings.Join(res.Examples, ", ")
 		if res.Count > len(res.Examples) && len(res.Examples) > 0 {
 			ex += fmt.Sprintf(", … (%d more)", res.Count-len(res.Examples))
@@ -231,7 +265,11 @@ func (r Report) Table(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	verdict := fmt.Sprintf("all %d invariants hold (grace %s)\n", len(r.Results), r.Grace)
+	checked := len(r.Results) - len(r.NotChecked)
+	verdict := fmt.Sprintf("all %d invariants hold (grace %s)\n", checked, r.Grace)
+	if len(r.NotChecked) > 0 {
+		verdict = fmt.Sprintf("all %d invariants checked hold, %d not checked (grace %s)\n", checked, len(r.NotChecked), r.Grace)
+	}
 	if n := r.Violations(); n > 0 {
 		verdict = fmt.Sprintf("%d violations (grace %s)\n", n, r.Grace)
 	}
@@ -295,7 +333,55 @@ func CheckWith(ctx context.Context, db *pgstore.DB, rs *redisstore.Store, opt Op
 	if err := checkTripAlerts(ctx, db, opt.TripCeiling, grace, rep); err != nil {
 		return Report{}, fmt.Errorf("invariants: %s: %w", TripOverdueNoAlert, err)
 	}
+	if opt.Broker == nil {
+		rep.NotChecked, rep.NotCheckedWhy = append([]Name{}, brokerInvariants...), "no broker reachable"
+		return rep, nil
+	}
+	if err := checkBroker(ctx, opt.Broker, opt.MaxConsumerLag, rep); err != nil {
+		return Report{}, fmt.Errorf("invariants: broker: %w", err)
+	}
 	return rep, nil
+}
+
+// checkBroker fills DeadLetteredEvents (the dead-letter stream's message count, its subjects as
+// examples) and ConsumerLag (the events stream's consumers with more than maxLag pending).
+func checkBroker(ctx context.Context, b *broker.Broker, maxLag uint64, rep Report) error {
+	if maxLag == 0 {
+		maxLag = DefaultMaxConsumerLag
+	}
+	js := b.JetStream()
+	dlq, err := js.Stream(ctx, b.DLQStream())
+	if err != nil {
+		return dispatch.Unavailable("nats", err)
+	}
+	info, err := dlq.Info(ctx, jetstream.WithSubjectFilter(">"))
+	if err != nil {
+		return dispatch.Unavailable("nats", err)
+	}
+	subjects := make([]string, 0, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		subjects = append(subjects, subj)
+	}
+	sort.Strings(subjects)
+	rep.set(DeadLetteredEvents, int(info.State.Msgs), subjects)
+
+	events, err := js.Stream(ctx, b.Stream())
+	if err != nil {
+		return dispatch.Unavailable("nats", err)
+	}
+	var lagging []string
+	list := events.ListConsumers(ctx)
+	for c := range list.Info() {
+		if c.NumPending > maxLag {
+			lagging = append(lagging, c.Name)
+		}
+	}
+	if err := list.Err(); err != nil {
+		return dispatch.Unavailable("nats", err)
+	}
+	sort.Strings(lagging)
+	rep.set(ConsumerLag, len(lagging), lagging)
+	return nil
 }
 
 // checkOfferLocks fills OfferLockNotPending: every offer lock (Redis), then the offers they hold

@@ -13,9 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
+	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/invariants"
@@ -395,8 +398,8 @@ func TestNamesAreStableAndDocumented(t *testing.T) {
 		}
 		seen[inv.Name] = true
 	}
-	if len(seen) != 17 {
-		t.Errorf("%d invariants, want 17", len(seen))
+	if len(seen) != 19 {
+		t.Errorf("%d invariants, want 19", len(seen))
 	}
 }
 
@@ -434,4 +437,63 @@ func TestCheckDefaultsAreTheConfigDefaults(t *testing.T) {
 			t.Errorf("default of %s = %v (%v), invariants uses %v", field, got, err, want)
 		}
 	}
+}
+
+// The broker's invariants: not checked without a broker; with one, a clean broker holds, and an
+// event in the dead-letter stream and a consumer more than MaxConsumerLag events behind count.
+func TestBrokerInvariants(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := context.Background()
+	rep := w.check(t, grace)
+	if want := []invariants.Name{invariants.DeadLetteredEvents, invariants.ConsumerLag}; !slices.Equal(rep.NotChecked, want) {
+		t.Errorf("not checked without a broker = %v, want %v", rep.NotChecked, want)
+	}
+	var table bytes.Buffer
+	if err := rep.Table(&table); err != nil || !strings.Contains(table.String(), "not checked: no broker reachable") {
+		t.Errorf("table without a broker (%v):\n%s", err, table.String())
+	}
+
+	id := testkit.ID()
+	b, err := broker.Connect(ctx, testkit.NATS(t), "T_"+strings.ToUpper(id), "t"+id+".events")
+	if err != nil {
+		t.Fatalf("broker: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = b.JetStream().DeleteStream(context.Background(), b.Stream())
+		_ = b.JetStream().DeleteStream(context.Background(), b.DLQStream())
+		b.Close()
+	})
+	check := func() invariants.Report {
+		t.Helper()
+		rep, err := invariants.CheckWith(ctx, w.D.DB, w.D.Redis, invariants.Options{Grace: grace, Broker: b, MaxConsumerLag: 2})
+		if err != nil {
+			t.Fatalf("check: %v", err)
+		}
+		if len(rep.NotChecked) != 0 {
+			t.Errorf("not checked with a broker = %v", rep.NotChecked)
+		}
+		return rep
+	}
+	expect(t, check(), nil, nil)
+
+	js := b.JetStream()
+	if _, err := js.CreateOrUpdateConsumer(ctx, b.Stream(), jetstream.ConsumerConfig{Durable: "trigger-behind", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := js.Publish(ctx, b.Subject("io.flagdown.test.v1"), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect(t, check(), nil, nil) // 2 behind: within the bound
+	if _, err := js.Publish(ctx, b.Subject("io.flagdown.test.v1"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	dead := b.DLQSubject("io.flagdown.ride.requested.v1")
+	if _, err := js.Publish(ctx, dead, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, check(), map[invariants.Name]int{invariants.DeadLetteredEvents: 1, invariants.ConsumerLag: 1},
+		map[invariants.Name]string{invariants.DeadLetteredEvents: dead, invariants.ConsumerLag: "trigger-behind"})
 }

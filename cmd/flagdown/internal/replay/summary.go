@@ -361,6 +361,10 @@ type Summary struct {
 	InvariantPickupOverdue int `json:"invariant_pickup_overdue"`
 	// InvariantTripOverdueNoAlert counts rides IN_PROGRESS past the trip ceiling with no alert.
 	InvariantTripOverdueNoAlert int `json:"invariant_trip_overdue_no_alert"`
+	// InvariantDeadLetteredEvents counts events in the dead-letter stream (when a broker was checked).
+	InvariantDeadLetteredEvents int `json:"invariant_dead_lettered_events"`
+	// InvariantConsumerLag counts consumers too far behind (when a broker was checked).
+	InvariantConsumerLag int `json:"invariant_consumer_lag"`
 
 	// WallSeconds is the wall-clock duration of the whole replay, seconds.
 	WallSeconds float64 `json:"wall_seconds"`
@@ -430,6 +434,8 @@ func (s *Summary) invariantFields() map[invariants.Name]*int {
 		invariants.PendingOfferNoLock:      &s.InvariantPendingOfferNoLock,
 		invariants.PickupOverdue:           &s.InvariantPickupOverdue,
 		invariants.TripOverdueNoAlert:      &s.InvariantTripOverdueNoAlert,
+		invariants.DeadLetteredEvents:      &s.InvariantDeadLetteredEvents,
+		invariants.ConsumerLag:             &s.InvariantConsumerLag,
 	}
 }
 
