@@ -391,9 +391,12 @@ func checkOfferLocks(ctx context.Context, db *pgstore.DB, rs *redisstore.Store, 
 	if err != nil || len(locks) == 0 {
 		return err
 	}
-	ids, exp := make([]string, len(locks)), make([]time.Time, len(locks))
+	ids, exp := make([]string, len(locks)), make([]*time.Time, len(locks))
 	for i, l := range locks {
-		ids[i], exp[i] = l.Offer.OfferID, l.Offer.ExpiresAt
+		ids[i] = l.Offer.OfferID
+		if !l.Offer.ExpiresAt.IsZero() {
+			exp[i] = &locks[i].Offer.ExpiresAt
+		}
 	}
 	v, err := pgstore.LockedOffersNotPending(ctx, db.Pool, ids, exp, grace, MaxExamples)
 	if err != nil {

@@ -195,9 +195,9 @@ func OpenPendingOffers(ctx context.Context, q Querier, grace time.Duration, ids 
 // the end of each one's window, expires, in the same order), those that are not PENDING in
 // PostgreSQL: the offer was answered, expired or cancelled more than grace ago (its lock should
 // have been released), or there is no such offer and its window closed more than grace ago (a
-// lock outliving its own TTL). An offer not yet committed is neither. It returns up to limit offer
-// ids.
-func LockedOffersNotPending(ctx context.Context, q Querier, offerIDs []string, expires []time.Time, grace time.Duration, limit int) (Violations, error) {
+// lock outliving its own TTL; a nil window, a lock flagdown did not write, is judged by its row
+// alone). An offer not yet committed is neither. It returns up to limit offer ids.
+func LockedOffersNotPending(ctx context.Context, q Querier, offerIDs []string, expires []*time.Time, grace time.Duration, limit int) (Violations, error) {
 	return violations(ctx, q, limit, `SELECT l.id FROM unnest($2::text[], $3::timestamptz[]) AS l(id, exp)
 		LEFT JOIN offers o ON o.id::text = l.id
 		WHERE (o.id IS NULL AND l.exp < now() - $4 * interval '1 millisecond')
