@@ -6,18 +6,23 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
+	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/invariants"
+	"github.com/flagdown/flagdown/shared/lifecycle"
 )
 
 // The tests break state by the key layout documented in shared/redisstore/store.go (P driver:{id},
@@ -257,6 +262,45 @@ func TestEachInvariantCatchesItsBreak(t *testing.T) {
 			w.redis(t, "HSET", w.Key("ridepos:"+w.prog), "driver", "d-free")
 			return want{invariants.RidePositionWrongDriver: 1}, ex{invariants.RidePositionWrongDriver: w.prog}
 		}},
+		{"fence_ahead/driver", func(t *testing.T, w *world) (want, ex) {
+			// PostgreSQL lost the transactions whose tokens Redis applied for d-acc.
+			w.redis(t, "SET", w.Key("fence:d-acc"), 1_000_000)
+			return want{invariants.FenceAhead: 1}, ex{invariants.FenceAhead: "d-acc"}
+		}},
+		{"fence_ahead/sequence", func(t *testing.T, w *world) (want, ex) {
+			w.redis(t, "SET", w.Key("fence:max"), 1_000_000_000)
+			return want{invariants.FenceAhead: 1}, ex{invariants.FenceAhead: "assignment_token"}
+		}},
+		{"fence_behind", func(t *testing.T, w *world) (want, ex) {
+			// The change that gave d-prog his token never reached Redis.
+			w.Exec(t, `UPDATE driver_assignments SET epoch = epoch + 100 WHERE driver_id = 'd-prog'`)
+			return want{invariants.FenceBehind: 1}, ex{invariants.FenceBehind: "d-prog"}
+		}},
+		{"offer_lock_not_pending/answered_long_ago", func(t *testing.T, w *world) (want, ex) {
+			// The offer expired an hour ago and its lock was never released; the ride, with no
+			// PENDING offer and no retry timer, is idle too.
+			w.Exec(t, `UPDATE offers SET status = 'EXPIRED', responded_at = now() - interval '1 hour' WHERE ride_id = $1`, w.offer)
+			return want{invariants.OfferLockNotPending: 1, invariants.RequestedRideIdle: 1}, ex{invariants.RequestedRideIdle: w.offer}
+		}},
+		{"offer_lock_not_pending/no_such_offer", func(t *testing.T, w *world) (want, ex) {
+			ghost := "6a1f7e55-9d3c-4c1e-8f00-000000000017"
+			w.redis(t, "SET", w.Key("offer:d-free"),
+				`{"offer_id":"`+ghost+`","expires_at":"`+time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)+`"}`)
+			return want{invariants.OfferLockNotPending: 1}, ex{invariants.OfferLockNotPending: ghost}
+		}},
+		{"pending_offer_no_lock", func(t *testing.T, w *world) (want, ex) {
+			w.Exec(t, `UPDATE offers SET created_at = now() - interval '1 minute' WHERE ride_id = $1`, w.offer)
+			w.redis(t, "DEL", w.Key("offer:d-offer"))
+			return want{invariants.PendingOfferNoLock: 1}, nil
+		}},
+		{"pickup_overdue", func(t *testing.T, w *world) (want, ex) {
+			w.Exec(t, `UPDATE rides SET accepted_at = now() - interval '2 hours' WHERE id = $1`, w.acc)
+			return want{invariants.PickupOverdue: 1}, ex{invariants.PickupOverdue: w.acc}
+		}},
+		{"trip_overdue_no_alert", func(t *testing.T, w *world) (want, ex) {
+			w.Exec(t, `UPDATE rides SET started_at = now() - interval '5 hours' WHERE id = $1`, w.prog)
+			return want{invariants.TripOverdueNoAlert: 1}, ex{invariants.TripOverdueNoAlert: w.prog}
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -354,7 +398,102 @@ func TestNamesAreStableAndDocumented(t *testing.T) {
 		}
 		seen[inv.Name] = true
 	}
-	if len(seen) != 11 {
-		t.Errorf("%d invariants, want 11", len(seen))
+	if len(seen) != 19 {
+		t.Errorf("%d invariants, want 19", len(seen))
 	}
+}
+
+// The ride timeouts are judged against their outcome and their settings: a trip past the ceiling
+// whose ride.overdue alert was raised holds, and a ride past the pickup deadline holds when the
+// deadline is off.
+func TestRideTimeoutsWithTheirOutcomeHold(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := context.Background()
+	w.Exec(t, `UPDATE rides SET started_at = now() - interval '5 hours' WHERE id = $1`, w.prog)
+	w.Exec(t, `UPDATE rides SET accepted_at = now() - interval '2 hours' WHERE id = $1`, w.acc)
+	expect(t, w.check(t, grace), map[invariants.Name]int{invariants.TripOverdueNoAlert: 1, invariants.PickupOverdue: 1}, nil)
+
+	if out, err := w.D.Lifecycle("invariants-test").TripOverdue(ctx, w.prog); err != nil || out != lifecycle.OutcomeDone {
+		t.Fatalf("TripOverdue = %v, %v; want done", out, err)
+	}
+	w.Exec(t, `UPDATE outbox SET published_at = now()`)
+	rep, err := invariants.CheckWith(ctx, w.D.DB, w.D.Redis, invariants.Options{Grace: grace, TripCeiling: invariants.DefaultTripCeiling})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, rep, nil, nil)
+}
+
+// The defaults Check judges with are the platform's (shared/config).
+func TestCheckDefaultsAreTheConfigDefaults(t *testing.T) {
+	for field, want := range map[string]time.Duration{"PickupDeadline": invariants.DefaultPickupDeadline, "TripCeiling": invariants.DefaultTripCeiling} {
+		f, ok := reflect.TypeOf(config.Config{}).FieldByName(field)
+		if !ok {
+			t.Fatalf("config.Config has no field %s", field)
+		}
+		got, err := time.ParseDuration(f.Tag.Get("envDefault"))
+		if err != nil || got != want {
+			t.Errorf("default of %s = %v (%v), invariants uses %v", field, got, err, want)
+		}
+	}
+}
+
+// The broker's invariants: not checked without a broker; with one, a clean broker holds, and an
+// event in the dead-letter stream and a consumer more than MaxConsumerLag events behind count.
+func TestBrokerInvariants(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	ctx := context.Background()
+	rep := w.check(t, grace)
+	if want := []invariants.Name{invariants.DeadLetteredEvents, invariants.ConsumerLag}; !slices.Equal(rep.NotChecked, want) {
+		t.Errorf("not checked without a broker = %v, want %v", rep.NotChecked, want)
+	}
+	var table bytes.Buffer
+	if err := rep.Table(&table); err != nil || !strings.Contains(table.String(), "not checked: no broker reachable") {
+		t.Errorf("table without a broker (%v):\n%s", err, table.String())
+	}
+
+	id := testkit.ID()
+	b, err := broker.Connect(ctx, testkit.NATS(t), "T_"+strings.ToUpper(id), "t"+id+".events")
+	if err != nil {
+		t.Fatalf("broker: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = b.JetStream().DeleteStream(context.Background(), b.Stream())
+		_ = b.JetStream().DeleteStream(context.Background(), b.DLQStream())
+		b.Close()
+	})
+	check := func() invariants.Report {
+		t.Helper()
+		rep, err := invariants.CheckWith(ctx, w.D.DB, w.D.Redis, invariants.Options{Grace: grace, Broker: b, MaxConsumerLag: 2})
+		if err != nil {
+			t.Fatalf("check: %v", err)
+		}
+		if len(rep.NotChecked) != 0 {
+			t.Errorf("not checked with a broker = %v", rep.NotChecked)
+		}
+		return rep
+	}
+	expect(t, check(), nil, nil)
+
+	js := b.JetStream()
+	if _, err := js.CreateOrUpdateConsumer(ctx, b.Stream(), jetstream.ConsumerConfig{Durable: "trigger-behind", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := js.Publish(ctx, b.Subject("io.flagdown.test.v1"), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect(t, check(), nil, nil) // 2 behind: within the bound
+	if _, err := js.Publish(ctx, b.Subject("io.flagdown.test.v1"), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	dead := b.DLQSubject("io.flagdown.ride.requested.v1")
+	if _, err := js.Publish(ctx, dead, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, check(), map[invariants.Name]int{invariants.DeadLetteredEvents: 1, invariants.ConsumerLag: 1},
+		map[invariants.Name]string{invariants.DeadLetteredEvents: dead, invariants.ConsumerLag: "trigger-behind"})
 }

@@ -144,3 +144,63 @@ func SettledActiveRides(ctx context.Context, q Querier, grace time.Duration, ids
 	}
 	return out, pgErr(rows.Err())
 }
+
+// AcceptedPastPickupDeadline counts the ACCEPTED rides accepted longer than deadline + grace ago:
+// the pickup deadline (FLAGDOWN_PICKUP_DEADLINE) re-opens such a ride (reason pickup_overdue), so
+// one still ACCEPTED missed its outcome. A deadline of 0 (off) finds none. It returns up to limit
+// ride ids.
+func AcceptedPastPickupDeadline(ctx context.Context, q Querier, deadline, grace time.Duration, limit int) (Violations, error) {
+	if deadline <= 0 {
+		return Violations{IDs: []string{}}, nil
+	}
+	return violations(ctx, q, limit, `SELECT id::text FROM rides
+		WHERE status = 'ACCEPTED' AND accepted_at < now() - $2 * interval '1 millisecond'`, (deadline + grace).Milliseconds())
+}
+
+// OpenPendingOffer is a PENDING offer and its driver.
+type OpenPendingOffer struct {
+	OfferID  string
+	DriverID string
+}
+
+// OpenPendingOffers returns, sorted by offer id, the PENDING offers created more than grace ago
+// whose window closes more than grace from now (by PostgreSQL's clock): their driver's offer lock
+// must hold them. Restricted to ids when ids is not nil.
+func OpenPendingOffers(ctx context.Context, q Querier, grace time.Duration, ids []string) ([]OpenPendingOffer, error) {
+	filter := ""
+	args := []any{grace.Milliseconds()}
+	if ids != nil {
+		filter, args = ` AND id::text = ANY($2)`, append(args, ids)
+	}
+	rows, err := q.Query(ctx, `SELECT id::text, driver_id FROM offers
+		WHERE status = 'PENDING' AND created_at < now() - $1 * interval '1 millisecond'
+		  AND expires_at > now() + $1 * interval '1 millisecond'`+filter+`
+		ORDER BY id`, args...)
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	defer rows.Close()
+	var out []OpenPendingOffer
+	for rows.Next() {
+		var o OpenPendingOffer
+		if err := rows.Scan(&o.OfferID, &o.DriverID); err != nil {
+			return nil, pgErr(err)
+		}
+		out = append(out, o)
+	}
+	return out, pgErr(rows.Err())
+}
+
+// LockedOffersNotPending counts, among the offers that offer locks in Redis hold (offerIDs, with
+// the end of each one's window, expires, in the same order), those that are not PENDING in
+// PostgreSQL: the offer was answered, expired or cancelled more than grace ago (its lock should
+// have been released), or there is no such offer and its window closed more than grace ago (a
+// lock outliving its own TTL; a nil window, a lock flagdown did not write, is judged by its row
+// alone). An offer not yet committed is neither. It returns up to limit offer ids.
+func LockedOffersNotPending(ctx context.Context, q Querier, offerIDs []string, expires []*time.Time, grace time.Duration, limit int) (Violations, error) {
+	return violations(ctx, q, limit, `SELECT l.id FROM unnest($2::text[], $3::timestamptz[]) AS l(id, exp)
+		LEFT JOIN offers o ON o.id::text = l.id
+		WHERE (o.id IS NULL AND l.exp < now() - $4 * interval '1 millisecond')
+		   OR (o.status <> 'PENDING' AND coalesce(o.responded_at, o.created_at) < now() - $4 * interval '1 millisecond')`,
+		offerIDs, expires, grace.Milliseconds())
+}

@@ -30,7 +30,8 @@ const (
 )
 
 func (s *Store) assignKeys(a dispatch.Assignment) []string {
-	keys := []string{s.driverKey(a.DriverID), s.geoKey(), s.onRideKey(), s.hbKey(a.DriverID), s.offerKey(a.DriverID)}
+	keys := []string{s.driverKey(a.DriverID), s.geoKey(), s.onRideKey(), s.hbKey(a.DriverID), s.offerKey(a.DriverID),
+		s.fenceKey(a.DriverID), s.fenceMaxKey()}
 	if a.RideID != "" {
 		keys = append(keys, s.ridePosKey(a.RideID))
 	}
@@ -47,8 +48,8 @@ func (s *Store) assignArgs(a dispatch.Assignment) []any {
 		lat, lng, s.prefix + "ridepos:", s.RidePosTTL.Milliseconds(), s.DriverStateTTL.Milliseconds(), s.HeartbeatTTL.Milliseconds()}
 }
 
-// ApplyAssignment makes Redis hold a (see assignScript) unless it already holds a's epoch or a newer
-// one. It returns what it did, or a CodeUnavailable error when Redis cannot be reached.
+// ApplyAssignment makes Redis hold a (see assignScript) unless the driver's fence already holds a's
+// token or a newer one (a's own token re-applies only when the hash lost its epoch). It returns what it did, or a CodeUnavailable error when Redis cannot be reached.
 func (s *Store) ApplyAssignment(ctx context.Context, a dispatch.Assignment) (ApplyResult, error) {
 	n, err := assignScript.Run(ctx, s.rdb, s.assignKeys(a), s.assignArgs(a)...).Int()
 	if err != nil {
@@ -156,7 +157,8 @@ type AssignmentState struct {
 	Status dispatch.DriverStatus
 	// RideID is the driver's ride in Redis, empty when none.
 	RideID string
-	// Epoch is the last assignment epoch applied, 0 when none.
+	// Epoch is the driver's fence: the highest fencing token applied for him (P fence:{id}, or the
+	// hash's epoch when that is higher), 0 when none. It survives the loss of the hash (Exists false).
 	Epoch int64
 	// InAvailable reports membership of the available GEO set.
 	InAvailable bool
@@ -173,8 +175,10 @@ func (s *Store) AssignmentStates(ctx context.Context, ids []string) ([]Assignmen
 	hs := make([]*redis.SliceCmd, len(ids))
 	geo := make([]*redis.FloatCmd, len(ids))
 	hb := make([]*redis.IntCmd, len(ids))
+	fence := make([]*redis.StringCmd, len(ids))
 	for i, id := range ids {
 		hs[i] = pipe.HMGet(ctx, s.driverKey(id), "status", "ride", "epoch")
+		fence[i] = pipe.Get(ctx, s.fenceKey(id))
 		geo[i] = pipe.ZScore(ctx, s.geoKey(), id)
 		hb[i] = pipe.Exists(ctx, s.hbKey(id))
 	}
@@ -186,11 +190,24 @@ func (s *Store) AssignmentStates(ctx context.Context, ids []string) ([]Assignmen
 		v := hs[i].Val()
 		out[i] = AssignmentState{
 			Exists: v[0] != nil || v[1] != nil || v[2] != nil,
-			Status: dispatch.DriverStatus(str(v[0])), RideID: str(v[1]), Epoch: atoi64(str(v[2])),
+			Status: dispatch.DriverStatus(str(v[0])), RideID: str(v[1]), Epoch: max(atoi64(str(v[2])), atoi64(fence[i].Val())),
 			InAvailable: geo[i].Err() == nil, Alive: hb[i].Val() == 1,
 		}
 	}
 	return out, nil
+}
+
+// MaxFence returns the highest fencing token Redis applied for any driver (P fence:max), 0 when
+// none. Errors are CodeUnavailable.
+func (s *Store) MaxFence(ctx context.Context) (int64, error) {
+	v, err := s.rdb.Get(ctx, s.fenceMaxKey()).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, unavailable(err)
+	}
+	return atoi64(v), nil
 }
 
 // OnRideDrivers returns the drivers Redis shows on a ride (members of the on-ride set).

@@ -2,11 +2,16 @@ package redisstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"math"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/flagdown/flagdown/shared/dispatch"
 )
 
 // This file holds the read-only, pipelined reads of `flagdown verify` (package shared/invariants).
@@ -82,6 +87,66 @@ func (s *Store) RidePositionDrivers(ctx context.Context, rideIDs []string) ([]st
 		}
 		for _, c := range cmds {
 			out = append(out, c.Val())
+		}
+	}
+	return out, nil
+}
+
+// OfferLock is one driver's offer lock (P offer:{driver id}) and the offer it holds.
+type OfferLock struct {
+	DriverID string
+	Offer    dispatch.LiveOffer
+}
+
+// OfferLocks returns every offer lock under the store's prefix (SCAN, then pipelined GETs), sorted
+// by driver id; a lock that expired between the two is left out, one whose value is not an offer
+// keeps only its driver id. Errors are CodeUnavailable.
+func (s *Store) OfferLocks(ctx context.Context) ([]OfferLock, error) {
+	prefix := s.prefix + "offer:"
+	var out []OfferLock
+	err := s.scanKeys(ctx, globEscape(prefix)+"*", func(ctx context.Context, c *redis.Client, keys []string) error {
+		vals, err := c.MGet(ctx, keys...).Result()
+		if err != nil {
+			return err
+		}
+		for i, v := range vals {
+			str, ok := v.(string)
+			if !ok {
+				continue
+			}
+			l := OfferLock{DriverID: strings.TrimPrefix(keys[i], prefix)}
+			_ = json.Unmarshal([]byte(str), &l.Offer) // a foreign value: no offer id, found by its driver
+			out = append(out, l)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].DriverID < out[j].DriverID })
+	return out, nil
+}
+
+// OfferLockHolders returns, for each driver, the offer id his offer lock holds ("" when he has
+// none or it holds no offer), in pipelined round trips. Errors are CodeUnavailable.
+func (s *Store) OfferLockHolders(ctx context.Context, driverIDs []string) ([]string, error) {
+	out := make([]string, 0, len(driverIDs))
+	for start := 0; start < len(driverIDs); start += verifyChunk {
+		chunk := driverIDs[start:min(start+verifyChunk, len(driverIDs))]
+		pipe := s.rdb.Pipeline()
+		cmds := make([]*redis.StringCmd, len(chunk))
+		for i, id := range chunk {
+			cmds[i] = pipe.Get(ctx, s.offerKey(id))
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, unavailable(err)
+		}
+		for _, c := range cmds {
+			var o dispatch.LiveOffer
+			if v := c.Val(); v != "" {
+				_ = json.Unmarshal([]byte(v), &o) // not an offer: holds none
+			}
+			out = append(out, o.OfferID)
 		}
 	}
 	return out, nil

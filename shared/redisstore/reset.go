@@ -16,8 +16,21 @@ func (s *Store) DeleteAll(ctx context.Context) (int, error) {
 	if s.prefix == "" {
 		return 0, errors.New("redisstore: refusing to delete every key of the database: FLAGDOWN_REDIS_PREFIX is empty")
 	}
-	pattern := globEscape(s.prefix) + "*"
 	n := 0
+	err := s.scanKeys(ctx, globEscape(s.prefix)+"*", func(ctx context.Context, c *redis.Client, keys []string) error {
+		if err := c.Unlink(ctx, keys...).Err(); err != nil {
+			return err
+		}
+		n += len(keys)
+		return nil
+	})
+	return n, unavailable(err)
+}
+
+// scanKeys calls fn with the keys matching pattern (SCAN MATCH, at most 500 at a time, on every
+// master of a cluster, one master after the other), on the node that holds them. Errors are
+// Redis's, or of fn.
+func (s *Store) scanKeys(ctx context.Context, pattern string, fn func(ctx context.Context, c *redis.Client, keys []string) error) error {
 	one := func(ctx context.Context, c *redis.Client) error {
 		iter := c.Scan(ctx, 0, pattern, 500).Iterator()
 		var batch []string
@@ -25,12 +38,9 @@ func (s *Store) DeleteAll(ctx context.Context) (int, error) {
 			if len(batch) == 0 {
 				return nil
 			}
-			if err := c.Unlink(ctx, batch...).Err(); err != nil {
-				return err
-			}
-			n += len(batch)
+			err := fn(ctx, c, batch)
 			batch = batch[:0]
-			return nil
+			return err
 		}
 		for iter.Next(ctx) {
 			if batch = append(batch, iter.Val()); len(batch) == 500 {
@@ -44,13 +54,12 @@ func (s *Store) DeleteAll(ctx context.Context) (int, error) {
 		}
 		return flush()
 	}
-	var err error
 	switch c := s.rdb.(type) {
 	case *redis.ClusterClient:
 		// ForEachMaster calls back concurrently: collect the masters, then walk them one by one.
 		var mu sync.Mutex
 		var masters []*redis.Client
-		err = c.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		err := c.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
 			mu.Lock()
 			defer mu.Unlock()
 			masters = append(masters, m)
@@ -61,12 +70,12 @@ func (s *Store) DeleteAll(ctx context.Context) (int, error) {
 				err = one(ctx, m)
 			}
 		}
+		return err
 	case *redis.Client:
-		err = one(ctx, c)
+		return one(ctx, c)
 	default:
-		return 0, errors.New("redisstore: DeleteAll needs a *redis.Client or *redis.ClusterClient")
+		return errors.New("redisstore: scanning keys needs a *redis.Client or *redis.ClusterClient")
 	}
-	return n, unavailable(err)
 }
 
 // globEscape escapes the characters SCAN MATCH treats as a pattern (* ? [ ] \).

@@ -7,8 +7,8 @@
 // city's shard, see CheckPrefix):
 //
 //	P driver:{id}        hash: status, lat, lng, ts (ms of the last accepted ping), seen (ms of the
-//	                     last ping), heading, speed, ride (active ride id), epoch (assignment epoch of
-//	                     ride, from PostgreSQL), since (ms available since), rating, missed / missed_at
+//	                     last ping), heading, speed, ride (active ride id), epoch (fencing token of
+//	                     the assignment, from PostgreSQL), since (ms available since), rating, missed / missed_at
 //	                     (offers let expire), resume (status to restore when a driver on a ride comes
 //	                     back online), hbdl (ms, Redis's clock, when his heartbeat expires), rl
 //	                     (his ping budget's theoretical arrival time, ms, Redis's clock: ping.lua);
@@ -16,6 +16,10 @@
 //	P hb:{id}            heartbeat, value = ping time ms, TTL = heartbeat TTL
 //	P geo:available      GEO set of available drivers (member = driver id; Redis stores lng, lat)
 //	P onride             set of the drivers whose hash holds a ride (reconcile and verify read it)
+//	P fence:{id}         the highest fencing token applied for the driver (assign.lua); no TTL, so it
+//	                     outlives his hash and no late write applies after the hash was lost
+//	P fence:max          the highest fencing token applied for any driver; no TTL (reconcile moves
+//	                     PostgreSQL's sequence past it when PostgreSQL moved backwards)
 //	P offer:{id}         offer lock of a driver, value = the offer as JSON (dispatch.LiveOffer), TTL =
 //	                     offer window: exclusion only, not indexed in P deadlines
 //	P offertimer:{offer} the offer's timer, value = the driver id, expiring with the offer's window
@@ -56,8 +60,8 @@
 //	                     matching mode (FLAGDOWN_MATCH_MODE=auto; see ReadArea), TTL AreaModeTTL
 //
 // Redis is a projection of PostgreSQL that cannot go backwards: a driver's ride changes only
-// through ApplyAssignment, compare-and-set on the epoch PostgreSQL gave the change (see
-// dispatch.Effects). Scripts that stamp times or deadlines use Redis's clock (TIME), never the host's.
+// through ApplyAssignment, compare-and-set on the fencing token PostgreSQL gave the change (see
+// dispatch.Effects and docs/resilience.md, "Fencing tokens"). Scripts that stamp times or deadlines use Redis's clock (TIME), never the host's.
 //
 // The Lua scripts are files under scripts/, embedded (see scriptFiles): each names its KEYS, ARGV
 // and reply in its header; who belongs in the available set is written once, in available.lua.
@@ -348,6 +352,8 @@ func (s *Store) driverKey(id string) string { return s.prefix + "driver:" + id }
 func (s *Store) hbKey(id string) string     { return s.prefix + "hb:" + id }
 func (s *Store) geoKey() string             { return s.prefix + "geo:available" }
 func (s *Store) offerKey(id string) string  { return s.prefix + "offer:" + id }
+func (s *Store) fenceKey(id string) string  { return s.prefix + "fence:" + id }
+func (s *Store) fenceMaxKey() string        { return s.prefix + "fence:max" }
 
 // offerTimerKey is the timer of one offer (by offer id), set with its driver's offer lock.
 func (s *Store) offerTimerKey(offerID string) string { return s.prefix + "offertimer:" + offerID }

@@ -1,15 +1,20 @@
--- assign.lua: applies a driver's assignment from PostgreSQL, compare-and-set on its epoch: it does
--- nothing unless the epoch is newer than the one the driver hash holds, so a late, repeated or
--- snapshot-based write never moves Redis backwards. Needs now.lua and available.lua before it.
+-- assign.lua: applies a driver's assignment from PostgreSQL, compare-and-set on its fencing token
+-- (the epoch): it does nothing unless the token is newer than the driver's fence, the highest token
+-- Redis applied for him, so a late, repeated or snapshot-based write never moves Redis backwards,
+-- even after the driver hash was lost. Needs now.lua and available.lua before it.
 --
 -- KEYS[1] driver_key     P driver:{id}, the driver hash
 -- KEYS[2] geo_key        P geo:available, the GEO set of available drivers
 -- KEYS[3] onride_key     P onride, the drivers whose hash holds a ride
 -- KEYS[4] hb_key         P hb:{id}, the heartbeat
 -- KEYS[5] offer_key      P offer:{id}, the driver's offer lock
--- KEYS[6] ride_pos_key   P ridepos:{ride}, the live position of ride (only when ride is not '')
+-- KEYS[6] fence_key      P fence:{id}, the highest token applied for the driver (no TTL: it outlives
+--                        the hash, which expires with the driver state TTL or may be evicted)
+-- KEYS[7] fence_max_key  P fence:max, the highest token applied for any driver (reconcile moves
+--                        PostgreSQL's sequence past it when PostgreSQL moved backwards)
+-- KEYS[8] ride_pos_key   P ridepos:{ride}, the live position of ride (only when ride is not '')
 -- ARGV[1]  driver_id
--- ARGV[2]  epoch            the assignment epoch PostgreSQL gave the change
+-- ARGV[2]  epoch            the fencing token PostgreSQL gave the change (sequence assignment_token)
 -- ARGV[3]  ride             the ride id, '' = free
 -- ARGV[4]  ride_status      the driver's on-ride status (navigating or busy)
 -- ARGV[5]  ride_version     the ride's version
@@ -21,6 +26,12 @@
 -- ARGV[11] hb_ttl_ms        heartbeat TTL, ms
 -- Returns 1 applied, 2 only fixed (taken out of the GEO set or given his on-ride status back), 0
 -- nothing to do.
+--
+-- The fence is the greater of P fence:{id} and the hash's epoch field (a hash written before the
+-- fence key existed). A token above it is applied; a token below it is a no-op. A token equal to it
+-- is applied only when the hash has lost its epoch (Redis lost the hash after applying this very
+-- change: re-applying the change the fence names restores it); otherwise it is a duplicate, which
+-- at most fixes the driver's availability as said below.
 --
 -- The one key not in KEYS is the live position of the ride the driver leaves (old_pos_key: its name
 -- is the ride the hash holds, known only inside the script), built from the prefix: it carries the
@@ -42,7 +53,9 @@ local geo_key = KEYS[2]
 local onride_key = KEYS[3]
 local hb_key = KEYS[4]
 local offer_key = KEYS[5]
-local ride_pos_key = KEYS[6]
+local fence_key = KEYS[6]
+local fence_max_key = KEYS[7]
+local ride_pos_key = KEYS[8]
 local driver_id = ARGV[1]
 local epoch_arg = ARGV[2]
 local epoch = tonumber(epoch_arg)
@@ -55,8 +68,9 @@ local ride_pos_ttl_ms = ARGV[9]
 local state_ttl_ms = ARGV[10]
 local hb_ttl_ms = tonumber(ARGV[11])
 
-local cur = tonumber(redis.call('HGET', driver_key, 'epoch') or '0')
-if epoch <= cur then
+local hash_epoch = redis.call('HGET', driver_key, 'epoch')
+local cur = math.max(tonumber(hash_epoch or '0'), tonumber(redis.call('GET', fence_key) or '0'))
+if epoch < cur or (epoch == cur and hash_epoch) then
   local r = redis.call('HGET', driver_key, 'ride')
   local fixed = 0
   if r and r ~= '' then
@@ -82,6 +96,8 @@ if old ~= '' and old ~= ride then
   end
 end
 redis.call('HSET', driver_key, 'epoch', epoch_arg, 'ride', ride)
+redis.call('SET', fence_key, epoch_arg)
+if epoch > tonumber(redis.call('GET', fence_max_key) or '0') then redis.call('SET', fence_max_key, epoch_arg) end
 if redis.call('HEXISTS', driver_key, 'hbdl') == 0 then redis.call('HSET', driver_key, 'hbdl', now + hb_ttl_ms) end
 if ride ~= '' then
   if alive then

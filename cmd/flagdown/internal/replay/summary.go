@@ -355,6 +355,23 @@ type Summary struct {
 	InvariantOutboxBacklog int `json:"invariant_outbox_backlog"`
 	// InvariantRidePositionWrongDriver counts active rides whose live position names another driver.
 	InvariantRidePositionWrongDriver int `json:"invariant_ride_position_wrong_driver"`
+	// InvariantFenceAhead counts drivers (and the token sequence) for whom Redis holds a newer
+	// fencing token than PostgreSQL.
+	InvariantFenceAhead int `json:"invariant_fence_ahead"`
+	// InvariantFenceBehind counts settled drivers whose last fencing token never reached Redis.
+	InvariantFenceBehind int `json:"invariant_fence_behind"`
+	// InvariantOfferLockNotPending counts offer locks holding an offer that is not PENDING.
+	InvariantOfferLockNotPending int `json:"invariant_offer_lock_not_pending"`
+	// InvariantPendingOfferNoLock counts open PENDING offers whose driver's lock is missing.
+	InvariantPendingOfferNoLock int `json:"invariant_pending_offer_no_lock"`
+	// InvariantPickupOverdue counts rides still ACCEPTED past the pickup deadline plus the grace.
+	InvariantPickupOverdue int `json:"invariant_pickup_overdue"`
+	// InvariantTripOverdueNoAlert counts rides IN_PROGRESS past the trip ceiling with no alert.
+	InvariantTripOverdueNoAlert int `json:"invariant_trip_overdue_no_alert"`
+	// InvariantDeadLetteredEvents counts events in the dead-letter stream (when a broker was checked).
+	InvariantDeadLetteredEvents int `json:"invariant_dead_lettered_events"`
+	// InvariantConsumerLag counts consumers too far behind (when a broker was checked).
+	InvariantConsumerLag int `json:"invariant_consumer_lag"`
 
 	// WallSeconds is the wall-clock duration of the whole replay, seconds.
 	WallSeconds float64 `json:"wall_seconds"`
@@ -435,6 +452,14 @@ func (s *Summary) invariantFields() map[invariants.Name]*int {
 		invariants.RequestedRideIdle:       &s.InvariantRequestedRideIdle,
 		invariants.OutboxBacklog:           &s.InvariantOutboxBacklog,
 		invariants.RidePositionWrongDriver: &s.InvariantRidePositionWrongDriver,
+		invariants.FenceAhead:              &s.InvariantFenceAhead,
+		invariants.FenceBehind:             &s.InvariantFenceBehind,
+		invariants.OfferLockNotPending:     &s.InvariantOfferLockNotPending,
+		invariants.PendingOfferNoLock:      &s.InvariantPendingOfferNoLock,
+		invariants.PickupOverdue:           &s.InvariantPickupOverdue,
+		invariants.TripOverdueNoAlert:      &s.InvariantTripOverdueNoAlert,
+		invariants.DeadLetteredEvents:      &s.InvariantDeadLetteredEvents,
+		invariants.ConsumerLag:             &s.InvariantConsumerLag,
 	}
 }
 
