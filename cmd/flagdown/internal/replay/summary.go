@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -332,6 +333,10 @@ type Summary struct {
 	VerifyViolations int `json:"verify_violations"`
 	// VerifyExamples maps each violated invariant's name to up to 10 example ids.
 	VerifyExamples map[string][]string `json:"verify_examples"`
+	// VerifyNotChecked names the invariants the check could not judge (their count is 0, not a
+	// verdict), and VerifyNotCheckedWhy says why (e.g. no broker reachable).
+	VerifyNotChecked    []string `json:"verify_not_checked,omitempty"`
+	VerifyNotCheckedWhy string   `json:"verify_not_checked_why,omitempty"`
 	// InvariantDriverRideMismatch counts drivers whose Redis ride is not their active ride in
 	// PostgreSQL (invariants.DriverRideMismatch; every invariant_* count is documented in invariants.All).
 	InvariantDriverRideMismatch int `json:"invariant_driver_ride_mismatch"`
@@ -468,6 +473,10 @@ func (s *Summary) invariantFields() map[invariants.Name]*int {
 func (s *Summary) setInvariants(rep invariants.Report) {
 	s.VerifyRan, s.VerifyViolations = true, rep.Violations()
 	s.VerifyExamples = map[string][]string{}
+	s.VerifyNotChecked, s.VerifyNotCheckedWhy = nil, rep.NotCheckedWhy
+	for _, n := range rep.NotChecked {
+		s.VerifyNotChecked = append(s.VerifyNotChecked, string(n))
+	}
 	fields := s.invariantFields()
 	for _, r := range rep.Results {
 		if f := fields[r.Name]; f != nil {
@@ -565,11 +574,19 @@ func (s *Summary) WriteTable(w io.Writer) {
 			if n > 0 {
 				ex = "  e.g. " + strings.Join(s.VerifyExamples[string(inv.Name)], ", ")
 			}
+			if slices.Contains(s.VerifyNotChecked, string(inv.Name)) {
+				row("invariant "+string(inv.Name), "not checked")
+				continue
+			}
 			row("invariant "+string(inv.Name), "%d%s", n, ex)
 		}
-		if s.VerifyViolations == 0 {
+		switch {
+		case s.VerifyViolations == 0 && len(s.VerifyNotChecked) > 0:
+			row("invariants", "all %d checked hold (grace %g s); not checked: %s (%s)", len(invariants.All)-len(s.VerifyNotChecked),
+				s.VerifyGraceS, strings.Join(s.VerifyNotChecked, ", "), s.VerifyNotCheckedWhy)
+		case s.VerifyViolations == 0:
 			row("invariants", "all %d hold (grace %g s)", len(invariants.All), s.VerifyGraceS)
-		} else {
+		default:
 			row("invariants", "%d VIOLATIONS (grace %g s)", s.VerifyViolations, s.VerifyGraceS)
 		}
 	case s.VerifyError != "":
