@@ -97,15 +97,11 @@ func (r *run) inject(ctx context.Context, k Kind) error {
 // unchanged but a new Nats-Msg-Id, so JetStream's de-duplication lets them through and the triggers
 // deliver each event a second time, out of order. It returns how many were published.
 func (r *run) duplicateEvents(ctx context.Context) (int, error) {
-	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", r.natsPort), nats.Name("flagdown-chaos"), nats.Timeout(3*time.Second))
+	nc, js, err := r.jetStream()
 	if err != nil {
 		return 0, err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return 0, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	st, err := js.Stream(ctx, r.cfg.NATSStream)

@@ -158,17 +158,27 @@ func (r *run) repairs() map[string]int {
 	return out
 }
 
+// jetStream connects to the run's broker; the caller closes nc.
+func (r *run) jetStream() (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", r.natsPort), nats.Name("flagdown-chaos"), nats.Timeout(3*time.Second))
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
 // deadLetters counts the messages of the broker's dead-letter stream (<stream>_DLQ).
 func (r *run) deadLetters(ctx context.Context) (int, error) {
-	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", r.natsPort), nats.Name("flagdown-chaos"), nats.Timeout(3*time.Second))
+	nc, js, err := r.jetStream()
 	if err != nil {
 		return 0, err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return 0, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	st, err := js.Stream(ctx, r.cfg.NATSStream+"_DLQ")
