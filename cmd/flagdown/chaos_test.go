@@ -31,10 +31,7 @@ func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos run")
 	}
-	bin, redisServer, root := chaosBinary(t)
-	o := chaos.DefaultOptions()
-	o.Binary, o.RedisServer, o.DatabaseURL = bin, redisServer, testkit.DatabaseURL()
-	o.TripsPath = filepath.Join(root, "testdata", "trips.csv")
+	o := chaosTestOptions(t)
 	o.Minutes, o.Drivers, o.Speedup, o.Drain = 2.5, 150, 4, 40*time.Second
 	o.FaultInterval = 3500 * time.Millisecond
 	o.MaxFaults = 30
@@ -44,11 +41,6 @@ func TestChaosShort(t *testing.T) {
 		if !slices.Contains(chaosKnownDefects, k) {
 			o.Kinds = append(o.Kinds, k)
 		}
-	}
-	o.SummaryPath = filepath.Join(t.TempDir(), "chaos-summary.json")
-	o.Out = io.Discard
-	if testing.Verbose() {
-		o.Out = os.Stderr
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -108,6 +100,23 @@ func onlyOpenDefects(failures []string) bool {
 	return len(failures) > 0
 }
 
+// chaosTestOptions are the chaos options of a test: the flagdown binary and redis-server built or
+// found for it, the shared PostgreSQL, the repository's trips, a summary in the test's folder, and
+// the run's log on stderr with -v.
+func chaosTestOptions(t *testing.T) chaos.Options {
+	t.Helper()
+	bin, redisServer, root := chaosBinary(t)
+	o := chaos.DefaultOptions()
+	o.Binary, o.RedisServer, o.DatabaseURL = bin, redisServer, testkit.DatabaseURL()
+	o.TripsPath = filepath.Join(root, "testdata", "trips.csv")
+	o.SummaryPath = filepath.Join(t.TempDir(), "chaos-summary.json")
+	o.Out = io.Discard
+	if testing.Verbose() {
+		o.Out = os.Stderr
+	}
+	return o
+}
+
 // chaosKnownDefects are the faults whose verdict fails today (issue 17 is open on them): after
 // Redis restarts empty a pinging driver whose hash is gone is answered "offline"; after Redis is
 // frozen longer than the heartbeat TTL the offline brake engages one TTL after it resumes, and
@@ -122,20 +131,12 @@ func TestChaosVerdictFailsWhenConsumersRefuse(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos run")
 	}
-	bin, redisServer, root := chaosBinary(t)
-	o := chaos.DefaultOptions()
-	o.Binary, o.RedisServer, o.DatabaseURL = bin, redisServer, testkit.DatabaseURL()
-	o.TripsPath = filepath.Join(root, "testdata", "trips.csv")
+	o := chaosTestOptions(t)
 	o.Minutes, o.Drivers, o.Speedup, o.Drain = 0.5, 40, 4, 12*time.Second
 	o.Kinds, o.MaxFaults, o.FaultInterval = []chaos.Kind{chaos.ExpirySourceKill}, 1, 2*time.Second
 	o.ReconcileInterval, o.Grace = 2*time.Second, 4*time.Second
 	o.HeartbeatTTL, o.InvariantEvery, o.OfflineProbPerHour = 12*time.Second, 3*time.Second, 0
 	o.BreakConsumers = true
-	o.SummaryPath = filepath.Join(t.TempDir(), "chaos-summary.json")
-	o.Out = io.Discard
-	if testing.Verbose() {
-		o.Out = os.Stderr
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	sum, err := chaos.Run(ctx, o)
