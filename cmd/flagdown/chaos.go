@@ -33,7 +33,11 @@ from the broker's stream shuffled under new message ids (duplicated, reordered d
 second relay crashes after publishing a row and before marking it
 (FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH) and is restarted each time.
 
-It also freezes Redis with SIGSTOP for --redis-stop (longer than --heartbeat-ttl) and checks that
+It also freezes Redis with SIGSTOP for --redis-stop (longer than --heartbeat-ttl), SIGKILLs the
+Redis primary for its Sentinel to promote the replica (redis_failover: only then does the run give
+the platform a replica and a Sentinel, REDIS_URL redis+sentinel://), pauses the platform with
+SIGSTOP for 1-4 s (platform_sigstop: requests stop anywhere, between a commit and its Redis effects
+too), and checks that
 flagdown applies notify-keyspace-events after every Redis start (Redis runs without it). Every
 --invariant-every it checks the invariants of flagdown verify. Once the trips are sent it stops
 injecting, lets the replay drain and the platform settle (twice the reconcile interval plus the

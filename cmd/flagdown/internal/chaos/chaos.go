@@ -15,7 +15,12 @@
 // source; CLIENT KILL TYPE pubsub on Redis; a Redis restart losing its data (SHUTDOWN NOSAVE) or
 // keeping it (SHUTDOWN SAVE), after which flagdown must apply notify-keyspace-events again (Redis
 // runs without it on its command line); Redis frozen with SIGSTOP for Options.RedisStop, longer
-// than the heartbeat TTL; the second relay exiting after a publish and before the mark
+// than the heartbeat TTL; the primary SIGKILLed and its replica promoted by a Sentinel (RedisFailover:
+// only in a run with that kind is the platform given a replica and a Sentinel, redis+sentinel://,
+// and the other Redis faults then break whichever server is the primary; a SIGSTOP longer than the
+// Sentinel's down-after is failed over too); the platform paused with SIGSTOP for 1–4 s (at most a
+// third of the heartbeat TTL), which stops requests anywhere, between a commit and its Redis
+// effects too (PlatformSIGSTOP); the second relay exiting after a publish and before the mark
 // (FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH, restarted about a fault interval later, armed again); and events already in the broker's
 // stream published again in shuffled order under new message ids (duplicated and reordered
 // deliveries). Each scheduled kind is injected at least once, in a seeded order, one at a time, every
@@ -45,6 +50,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,12 +75,15 @@ const (
 	RedisSIGSTOP           Kind = "redis_sigstop"
 	RelayCrashAfterPublish Kind = "relay_crash_after_publish"
 	EventsDupReorder       Kind = "events_duplicated_reordered"
+	RedisFailover          Kind = "redis_failover"
+	PlatformSIGSTOP        Kind = "platform_sigstop"
 )
 
 // Kinds lists every fault. All but RelayCrashAfterPublish are scheduled by the controller; that one
 // the second relay injects itself (armed at each start) and the controller counts its exits.
 var Kinds = []Kind{PlatformKill, PlatformClockOffset, ExpirySourceKill, RedisPubSubKill,
-	RedisRestartNoSave, RedisRestartSave, RedisSIGSTOP, RelayCrashAfterPublish, EventsDupReorder}
+	RedisRestartNoSave, RedisRestartSave, RedisSIGSTOP, RelayCrashAfterPublish, EventsDupReorder,
+	RedisFailover, PlatformSIGSTOP}
 
 // ParseKinds parses a comma-separated list of kinds ("" or "all": every kind).
 func ParseKinds(v string) ([]Kind, error) {
@@ -238,14 +247,18 @@ func (o *Options) relayCrashes() bool {
 // run is one chaos run's state; everything but the replay goroutine's result is owned by the
 // controller loop.
 type run struct {
-	opts  Options
-	out   io.Writer
-	rng   *rand.Rand
-	dir   string
-	id    string
-	env   []string // environment of every platform process
-	cfg   *config.Config
-	redis *redisServer
+	opts Options
+	out  io.Writer
+	rng  *rand.Rand
+	dir  string
+	id   string
+	env  []string // environment of every platform process
+	cfg  *config.Config
+	// redis is the primary the platform writes to; replica and sentinel its replica and the
+	// Sentinel watching both, started only when the run injects RedisFailover (nil otherwise).
+	redis    *redisServer
+	replica  *redisServer
+	sentinel *sentinel
 
 	gatewayAddr string
 	natsPort    int
@@ -395,6 +408,12 @@ func (r *run) setup(ctx context.Context) error {
 		return err
 	}
 	r.sum.RedisURL = r.redis.url()
+	if slices.Contains(r.opts.kinds(), RedisFailover) {
+		if err := r.startSentinel(ctx); err != nil {
+			return err
+		}
+		r.sum.RedisURL = r.sentinel.url()
+	}
 	signer, err := eventSigner()
 	if err != nil {
 		return err
@@ -402,7 +421,7 @@ func (r *run) setup(ctx context.Context) error {
 	vars := map[string]string{
 		"DATABASE_URL":                r.opts.DatabaseURL,
 		"FLAGDOWN_DB_SCHEMA":          schema,
-		"REDIS_URL":                   r.redis.url(),
+		"REDIS_URL":                   r.sum.RedisURL,
 		"FLAGDOWN_REDIS_PREFIX":       prefix,
 		"FLAGDOWN_NATS_STREAM":        "FLAGDOWN",
 		"FLAGDOWN_RECONCILE_INTERVAL": r.opts.ReconcileInterval.String(),
@@ -441,7 +460,7 @@ func (r *run) setup(ctx context.Context) error {
 	r.expiry2 = &proc{name: "flagdown expiry-source", path: r.opts.Binary, env: append(append([]string{}, r.env...), "NATS_URL="+natsURL),
 		logPath: filepath.Join(r.dir, "expiry-source.log"), args: []string{"expiry-source"}}
 
-	r.logf("redis-server on %s, PostgreSQL schema %s, Redis prefix %q, work dir %s", r.redis.url(), schema, prefix, r.dir)
+	r.logf("redis-server on %s, PostgreSQL schema %s, Redis prefix %q, work dir %s", r.sum.RedisURL, schema, prefix, r.dir)
 	if err := r.startDev(ctx, 0); err != nil {
 		return err
 	}
@@ -649,11 +668,16 @@ func (r *run) supervise(ctx context.Context) error {
 	if time.Since(r.lastScrape) > 2*time.Second {
 		r.scrapeRepairs(ctx)
 	}
-	if up, _ := r.redis.proc.running(); !up {
-		r.sum.UnexpectedExits["redis-server"]++
-		r.logf("redis-server exited unexpectedly (status %d); restarting it", r.redis.proc.exitCode())
-		if err := r.redis.start(ctx); err != nil {
-			return err
+	for _, s := range []*redisServer{r.redis, r.replica} {
+		if s == nil {
+			continue
+		}
+		if up, _ := s.proc.running(); !up {
+			r.sum.UnexpectedExits["redis-server"]++
+			r.logf("redis-server on port %d exited unexpectedly (status %d); restarting it", s.port, s.proc.exitCode())
+			if err := s.start(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	if up, _ := r.dev.running(); !up {
@@ -700,7 +724,26 @@ func (r *run) shutdown() {
 			p.stop()
 		}
 	}
-	if r.redis != nil {
-		r.redis.stop()
+	if r.sentinel != nil {
+		r.sentinel.stop()
 	}
+	for _, s := range []*redisServer{r.redis, r.replica} {
+		if s != nil {
+			s.stop()
+		}
+	}
+}
+
+// startSentinel starts a replica of the primary and a Sentinel watching both (RedisFailover).
+func (r *run) startSentinel(ctx context.Context) error {
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	r.replica = &redisServer{path: r.opts.RedisServer, port: ports[0], dir: filepath.Join(r.dir, "redis-replica"), replicaOf: r.redis.port}
+	if err := r.replica.start(ctx); err != nil {
+		return err
+	}
+	r.sentinel = &sentinel{port: ports[1], dir: filepath.Join(r.dir, "sentinel")}
+	return r.sentinel.start(ctx, r.opts.RedisServer, r.redis.port)
 }

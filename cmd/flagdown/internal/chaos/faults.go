@@ -3,6 +3,8 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -77,6 +79,42 @@ func (r *run) inject(ctx context.Context, k Kind) error {
 			return err
 		}
 		detail = "stopped " + r.opts.RedisStop.String()
+		// With a Sentinel the frozen primary was failed over (it is down longer than
+		// sentinelDownAfter): the promoted replica must be configured as a new generation.
+		if swapped, err := r.followPrimary(ctx); err != nil {
+			return err
+		} else if swapped {
+			detail += ", failed over to port " + strconv.Itoa(r.redis.port) + ", " + r.checkNotifications(ctx, string(k))
+		}
+	case RedisFailover:
+		end := r.outageBegin(string(k))
+		down, err := r.failover(ctx)
+		end()
+		if err != nil {
+			return err
+		}
+		detail = fmt.Sprintf("primary SIGKILLed, port %d promoted, no primary for %s, %s", r.redis.port,
+			down.Round(time.Millisecond), r.checkNotifications(ctx, string(k)))
+	case PlatformSIGSTOP:
+		// A pause shorter than a third of the heartbeat TTL (a long GC, a VM steal, a debugger):
+		// requests in flight stop anywhere, between a commit and its Redis effects too, and no
+		// heartbeat lapses because of the pause alone.
+		pause := min(time.Second+time.Duration(r.rng.Int64N(int64(3*time.Second))), r.opts.HeartbeatTTL/3)
+		end := r.outageBegin(string(k))
+		if !r.dev.send(syscall.SIGSTOP) {
+			end()
+			return fmt.Errorf("flagdown dev is not running")
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+		ok := r.dev.send(syscall.SIGCONT)
+		end()
+		if !ok {
+			return fmt.Errorf("flagdown dev exited while stopped")
+		}
+		detail = "paused " + pause.Round(time.Millisecond).String()
 	case EventsDupReorder:
 		n, err := r.duplicateEvents(ctx)
 		if err != nil {

@@ -20,7 +20,10 @@ type redisServer struct {
 	path string
 	port int
 	dir  string
-	proc *proc
+	// replicaOf is the port of the primary this server replicates at its next start (0: none, a
+	// primary). A Sentinel may change the role of a running server; this is only how it starts.
+	replicaOf int
+	proc      *proc
 }
 
 func (s *redisServer) url() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", s.port) }
@@ -37,9 +40,12 @@ func (s *redisServer) start(ctx context.Context) error {
 		return err
 	}
 	if s.proc == nil {
-		s.proc = &proc{name: "redis-server", path: s.path, env: os.Environ(), logPath: filepath.Join(s.dir, "redis.log"),
-			args: []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port), "--save", "", "--appendonly", "no",
-				"--dir", s.dir, "--dbfilename", "dump.rdb", "--protected-mode", "yes"}}
+		s.proc = &proc{name: "redis-server", path: s.path, env: os.Environ(), logPath: filepath.Join(s.dir, "redis.log")}
+	}
+	s.proc.args = []string{"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port), "--save", "", "--appendonly", "no",
+		"--dir", s.dir, "--dbfilename", "dump.rdb", "--protected-mode", "yes"}
+	if s.replicaOf != 0 {
+		s.proc.args = append(s.proc.args, "--replicaof", "127.0.0.1", strconv.Itoa(s.replicaOf))
 	}
 	if err := s.proc.start(); err != nil {
 		return err
