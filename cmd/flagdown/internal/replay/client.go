@@ -94,6 +94,8 @@ type client struct {
 	base   string
 	http   *http.Client
 	tokens *tokens
+	// answers times every call to an AnswerOps endpoint.
+	answers answerLog
 }
 
 // tokens mints and caches one HS256 token per (role, subject) with the platform's secret
@@ -173,7 +175,15 @@ func (c *client) do(ctx context.Context, method, path string, body any, header m
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
+	sent := time.Now()
 	resp, err := c.http.Do(req)
+	if op := answerOp(method, path); op != "" {
+		st := 0
+		if err == nil {
+			st = resp.StatusCode
+		}
+		c.answers.add(answer{op: op, at: sent, dur: time.Since(sent), status: st})
+	}
 	if err != nil {
 		return 0, err
 	}

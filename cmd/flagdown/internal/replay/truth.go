@@ -89,6 +89,7 @@ type truthInput struct {
 	// stop ("" when Redis holds nothing of him).
 	presence map[string]string
 	acks     []ack
+	answers  []answer // the calls to AnswerOps endpoints
 	rides    map[string]rideFact
 	outages  []Outage
 	ttl      time.Duration
@@ -129,6 +130,9 @@ type GroundTruth struct {
 	Acks int `json:"acks"`
 	// Outages are the outages the deadlines were judged with.
 	Outages []Outage `json:"outages"`
+	// AnswersDuringOutages is, per outage kind (Outage.What) and AnswerOps endpoint, how the calls
+	// sent during such an outage were answered.
+	AnswersDuringOutages map[string]map[string]OutageAnswers `json:"answers_during_outages"`
 	// Examples holds a few ids per count (false_offline_drivers, ...).
 	Examples map[string][]string `json:"examples"`
 }
@@ -163,6 +167,7 @@ func (g *GroundTruth) WriteRows(row func(k, format string, args ...any)) {
 	row("acked not reflected", "%d (of %d acks)%s", g.AckedNotReflected, g.Acks, ex("acked_not_reflected"))
 	row("offline detection p50/p99", "%.1f / %.1f s wall (n=%d, last answered ping → first offline decision)", g.OfflineDetectionP50S, g.OfflineDetectionP99S, g.OfflineDetectionCount)
 	row("offline decisions", "%v", g.OfflineDecisions)
+	writeOutageAnswers(g.AnswersDuringOutages, row)
 }
 
 // pingingAt reports whether d was still pinging at t: he never stopped, or stopped after t.
@@ -200,6 +205,7 @@ func judge(in truthInput) GroundTruth {
 	if g.Outages == nil {
 		g.Outages = []Outage{}
 	}
+	g.AnswersDuringOutages = answersDuringOutages(in.answers, in.outages, in.judgedAt)
 	example := func(k, id string) {
 		if len(g.Examples[k]) < maxExamples {
 			g.Examples[k] = append(g.Examples[k], id)
@@ -428,7 +434,7 @@ func (s *sim) groundTruthInto(ctx context.Context, sum *Summary) error {
 // truthInput is the replay's side of the ground truth: its drivers, its acks, the outages it was
 // told of, and the offline statuses its ping answers showed.
 func (s *sim) truthInput() truthInput {
-	in := truthInput{ttl: s.opts.HeartbeatTTL, grace: s.opts.OfflineGrace, acks: s.acks}
+	in := truthInput{ttl: s.opts.HeartbeatTTL, grace: s.opts.OfflineGrace, acks: s.acks, answers: s.c.answers.list()}
 	if s.opts.Outages != nil {
 		in.outages = s.opts.Outages()
 	}
