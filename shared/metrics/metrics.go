@@ -176,6 +176,13 @@ var (
 		Name: "flagdown_redis_degraded_total",
 		Help: "Decisions taken without Redis (it did not answer in time), by check (rate_limit, pricing, ride_view, effects).",
 	}, []string{"check"})
+	// RedisBreakerOpened counts the times a process's Redis client stopped sending commands to a
+	// node after consecutive commands went unanswered (redisstore's circuit breaker; it sends again
+	// once a probe is answered).
+	RedisBreakerOpened = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "flagdown_redis_breaker_opened_total",
+		Help: "Times the Redis client stopped sending commands to a node that left consecutive commands unanswered (it probes once a second).",
+	})
 	// RedisGenerations counts new Redis generations the expiry source's health mark saw: Redis
 	// restarted without its data, was flushed, or a failover promoted a replica without the mark
 	// (the first mark of a deployment counts too).
@@ -222,7 +229,7 @@ func Collectors() []prometheus.Collector {
 		HTTPRequests, HTTPDuration, MatchOutcomes, MatchDuration, MatchModeDecisions, OfferResponses, TimerLateness,
 		OutboxPublished, TriggerDeliveries, TriggerRetries, TriggerDeadLetters, ReconcileRepairs,
 		RideTimeouts, OfflineBrakeEngaged, Pings, HailPresses, SurgeMultiplier, PushMessages, PushPositionsShed, EventsRefused,
-		RedisDegraded, RedisGenerations,
+		RedisDegraded, RedisGenerations, RedisBreakerOpened,
 	}
 }
 

@@ -188,7 +188,9 @@ func Open(ctx context.Context, url string) (redis.UniversalClient, error) {
 // (Store.Bounded cuts the Redis work of a PostgreSQL-decided request at FLAGDOWN_REDIS_TIMEOUT),
 // and a failed command is retried once, so a command on a Redis that does not answer (stopped,
 // partitioned) fails within about two socket timeouts and a hung Redis holds at most the pool's
-// connections, never a growing pile of goroutines.
+// connections, never a growing pile of goroutines. Each node's commands go through a circuit
+// breaker (breaker.go): after 5 commands in a row without an answer the client sends none, failing
+// them at once with ErrNotAnswering, until a probe (one a second) is answered.
 func OpenTimeout(ctx context.Context, url string, timeout time.Duration) (redis.UniversalClient, error) {
 	timeout = max(timeout, MinSocketTimeout)
 	var rdb redis.UniversalClient
@@ -203,7 +205,9 @@ func OpenTimeout(ctx context.Context, url string, timeout time.Duration) (redis.
 		opt.PoolSize, opt.MaxRetries = poolSize, 1
 		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = timeout, timeout, timeout, timeout
 		opt.ContextTimeoutEnabled = true
-		rdb = redis.NewClusterClient(opt)
+		cc := redis.NewClusterClient(opt)
+		cc.OnNewNode(func(node *redis.Client) { node.AddHook(newBreaker(node.Options().Addr)) })
+		rdb = cc
 	} else if rest, ok := cutScheme(url, SentinelScheme, SentinelTLSScheme); ok {
 		opt, err := ParseSentinelURL(rest)
 		if err != nil {
@@ -212,7 +216,9 @@ func OpenTimeout(ctx context.Context, url string, timeout time.Duration) (redis.
 		opt.PoolSize, opt.MaxRetries = poolSize, 1
 		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = timeout, timeout, timeout, timeout
 		opt.ContextTimeoutEnabled = true
-		rdb = redis.NewFailoverClient(opt)
+		fc := redis.NewFailoverClient(opt)
+		fc.AddHook(newBreaker(opt.MasterName))
+		rdb = fc
 	} else {
 		opt, err := redis.ParseURL(url)
 		if err != nil {
@@ -221,7 +227,9 @@ func OpenTimeout(ctx context.Context, url string, timeout time.Duration) (redis.
 		opt.PoolSize, opt.MaxRetries = poolSize, 1
 		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = timeout, timeout, timeout, timeout
 		opt.ContextTimeoutEnabled = true
-		rdb = redis.NewClient(opt)
+		c := redis.NewClient(opt)
+		c.AddHook(newBreaker(opt.Addr))
+		rdb = c
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
