@@ -124,6 +124,11 @@ func laterOffer(a, b time.Time) bool {
 	return a.IsZero() || b.IsZero() || a.After(b)
 }
 
+// riderSocketWait is the longest a rider's app waits for its push socket before it orders (wall
+// time): a socket that cannot connect (the platform or Redis away) delays the order by at most this
+// long, never holds it, and the app learns what it missed with the sync after its socket connects.
+const riderSocketWait = 2 * time.Second
+
 // orderCreate sends the trip's order; retried (same Idempotency-Key) on transport errors and 5xx.
 func (s *sim) orderCreate(tr Trip) {
 	rider := fmt.Sprintf("replay-%d-%s-%d", s.opts.Seed, s.opts.RunID, tr.Row)
@@ -133,6 +138,7 @@ func (s *sim) orderCreate(tr Trip) {
 			sock = s.riderSocket(rider, tr.Row)
 			select {
 			case <-sock.ready:
+			case <-time.After(riderSocketWait):
 			case <-ctx.Done():
 			}
 		}
