@@ -37,7 +37,8 @@ It also freezes Redis with SIGSTOP for --redis-stop (longer than --heartbeat-ttl
 Redis primary for its Sentinel to promote the replica (redis_failover: only then does the run give
 the platform a replica and a Sentinel, REDIS_URL redis+sentinel://), pauses the platform with
 SIGSTOP for 1-4 s (platform_sigstop: requests stop anywhere, between a commit and its Redis effects
-too), and checks that
+too), crashes a private PostgreSQL (postgres_restart: only then does the run initdb one, and
+point itself at it; the one of --database-url is never restarted), and checks that
 flagdown applies notify-keyspace-events after every Redis start (Redis runs without it). Every
 --invariant-every it checks the invariants of flagdown verify. Once the trips are sent it stops
 injecting, lets the replay drain and the platform settle (twice the reconcile interval plus the

@@ -20,7 +20,9 @@
 // and the other Redis faults then break whichever server is the primary; a SIGSTOP longer than the
 // Sentinel's down-after is failed over too); the platform paused with SIGSTOP for 1–4 s (at most a
 // third of the heartbeat TTL), which stops requests anywhere, between a commit and its Redis
-// effects too (PlatformSIGSTOP); the second relay exiting after a publish and before the mark
+// effects too (PlatformSIGSTOP); a crash of PostgreSQL (PostgresRestart: SIGQUIT, an immediate
+// shutdown, and a start with crash recovery 0.3–2 s later; only in a run with that kind, on a private
+// server the run initdb's, never on Options.DatabaseURL); the second relay exiting after a publish and before the mark
 // (FLAGDOWN_FAULT_RELAY_EXIT_AFTER_PUBLISH, restarted about a fault interval later, armed again); and events already in the broker's
 // stream published again in shuffled order under new message ids (duplicated and reordered
 // deliveries). Each scheduled kind is injected at least once, in a seeded order, one at a time, every
@@ -77,13 +79,14 @@ const (
 	EventsDupReorder       Kind = "events_duplicated_reordered"
 	RedisFailover          Kind = "redis_failover"
 	PlatformSIGSTOP        Kind = "platform_sigstop"
+	PostgresRestart        Kind = "postgres_restart"
 )
 
 // Kinds lists every fault. All but RelayCrashAfterPublish are scheduled by the controller; that one
 // the second relay injects itself (armed at each start) and the controller counts its exits.
 var Kinds = []Kind{PlatformKill, PlatformClockOffset, ExpirySourceKill, RedisPubSubKill,
 	RedisRestartNoSave, RedisRestartSave, RedisSIGSTOP, RelayCrashAfterPublish, EventsDupReorder,
-	RedisFailover, PlatformSIGSTOP}
+	RedisFailover, PlatformSIGSTOP, PostgresRestart}
 
 // ParseKinds parses a comma-separated list of kinds ("" or "all": every kind).
 func ParseKinds(v string) ([]Kind, error) {
@@ -259,6 +262,9 @@ type run struct {
 	redis    *redisServer
 	replica  *redisServer
 	sentinel *sentinel
+	// pg is the private PostgreSQL of a run that injects PostgresRestart (nil otherwise: the run
+	// uses Options.DatabaseURL, which it never restarts).
+	pg *pgServer
 
 	gatewayAddr string
 	natsPort    int
@@ -413,6 +419,11 @@ func (r *run) setup(ctx context.Context) error {
 			return err
 		}
 		r.sum.RedisURL = r.sentinel.url()
+	}
+	if slices.Contains(r.opts.kinds(), PostgresRestart) {
+		if err := r.startPostgres(ctx); err != nil {
+			return err
+		}
 	}
 	signer, err := eventSigner()
 	if err != nil {
@@ -680,6 +691,15 @@ func (r *run) supervise(ctx context.Context) error {
 			}
 		}
 	}
+	if r.pg != nil {
+		if up, _ := r.pg.proc.running(); !up {
+			r.sum.UnexpectedExits["postgres"]++
+			r.logf("postgres exited unexpectedly (status %d); restarting it", r.pg.proc.exitCode())
+			if err := r.pg.start(ctx); err != nil {
+				return err
+			}
+		}
+	}
 	if up, _ := r.dev.running(); !up {
 		r.sum.UnexpectedExits["flagdown dev"]++
 		r.logf("flagdown dev exited unexpectedly (status %d); restarting it", r.dev.exitCode())
@@ -727,11 +747,32 @@ func (r *run) shutdown() {
 	if r.sentinel != nil {
 		r.sentinel.stop()
 	}
+	if r.pg != nil {
+		r.pg.stop()
+	}
 	for _, s := range []*redisServer{r.redis, r.replica} {
 		if s != nil {
 			s.stop()
 		}
 	}
+}
+
+// startPostgres starts the run's private PostgreSQL and points the whole run at it
+// (PostgresRestart).
+func (r *run) startPostgres(ctx context.Context) error {
+	ports, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	if r.pg, err = newPGServer(filepath.Join(r.dir, "postgres"), ports[0]); err != nil {
+		return err
+	}
+	if err := r.pg.start(ctx); err != nil {
+		return err
+	}
+	r.opts.DatabaseURL = r.pg.url()
+	r.logf("private PostgreSQL on %s (postgres_restart)", r.pg.url())
+	return nil
 }
 
 // startSentinel starts a replica of the primary and a Sentinel watching both (RedisFailover).

@@ -95,6 +95,18 @@ func (r *run) inject(ctx context.Context, k Kind) error {
 		}
 		detail = fmt.Sprintf("primary SIGKILLed, port %d promoted, no primary for %s, %s", r.redis.port,
 			down.Round(time.Millisecond), r.checkNotifications(ctx, string(k)))
+	case PostgresRestart:
+		if r.pg == nil {
+			return fmt.Errorf("no private PostgreSQL in this run")
+		}
+		down := time.Duration(300+r.rng.IntN(1700)) * time.Millisecond
+		end := r.outageBegin(string(k))
+		err := r.pg.restart(ctx, down)
+		end()
+		if err != nil {
+			return err
+		}
+		detail = "immediate shutdown, down " + down.Round(time.Millisecond).String()
 	case PlatformSIGSTOP:
 		// A pause shorter than a third of the heartbeat TTL (a long GC, a VM steal, a debugger):
 		// requests in flight stop anywhere, between a commit and its Redis effects too, and no

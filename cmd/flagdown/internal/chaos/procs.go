@@ -19,6 +19,7 @@ type proc struct {
 	args    []string
 	env     []string
 	logPath string
+	cred    *syscall.Credential // the user and group it runs as; nil: this process's
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -42,6 +43,7 @@ func (p *proc) start(extraEnv ...string) error {
 	cmd.Env = append(append([]string{}, p.env...), extraEnv...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr.Credential = p.cred
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("%s: start %s: %w", p.name, p.path, err)
