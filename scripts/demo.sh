@@ -80,9 +80,11 @@ if [ -z "${FLAGDOWN_JWT_SECRET:-}" ] && [ -z "${FLAGDOWN_JWKS_URL:-}" ]; then
 	# Never printed: the demo's log may be shared; the secret lives in this script's environment only.
 	log "random FLAGDOWN_JWT_SECRET for this run (not printed; set your own to mint tokens by hand)"
 fi
-step "$BIN dev --addr $ADDR  (log: $DEV_LOG)"
+pick_nats_port
+step "$BIN dev --addr $ADDR $DEV_NATS_ARGS  (log: $DEV_LOG)"
 mkdir -p .local && chmod 700 .local
-"$BIN" dev --addr "$ADDR" >"$DEV_LOG" 2>&1 </dev/null &
+# shellcheck disable=SC2086
+"$BIN" dev --addr "$ADDR" $DEV_NATS_ARGS >"$DEV_LOG" 2>&1 </dev/null &
 DEV_PID=$!
 
 log "waiting up to ${READY_TIMEOUT}s for $BASE_URL/readyz"
@@ -113,6 +115,8 @@ step "$BIN replay --url $BASE_URL $REPLAY_ARGS"
 SUMMARY_MARK=.local/demo-replay.start
 touch "$SUMMARY_MARK"
 replay_status=0
+# With the embedded broker, the replay's check reads its streams too (dead letters, consumer lag).
+[ -z "$NATS_PORT" ] || export NATS_URL="nats://127.0.0.1:$NATS_PORT"
 # shellcheck disable=SC2086
 "$BIN" replay --url "$BASE_URL" --speedup "$FLAGDOWN_SIM_SPEEDUP" $REPLAY_ARGS || replay_status=$?
 if [ "$replay_status" -ne 0 ]; then

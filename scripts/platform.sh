@@ -24,6 +24,20 @@ stop_dev() {
 # port_busy PORT: something accepts connections on 127.0.0.1:PORT.
 port_busy() { timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" >/dev/null 2>&1; }
 
+# pick_nats_port: unless NATS_URL names a broker, set NATS_PORT to the first free port of 4300..4400
+# for flagdown dev's embedded broker, and DEV_NATS_ARGS to the flag giving it; the broker's URL is
+# then nats://127.0.0.1:NATS_PORT (the replay's invariant check reads its streams there).
+pick_nats_port() {
+	NATS_PORT="" DEV_NATS_ARGS=""
+	[ -z "${NATS_URL:-}" ] || return 0
+	local port=4300
+	while port_busy "$port"; do
+		((port < 4400)) || { log "no free port in 4300..4400 for the embedded broker; set NATS_URL"; exit 1; }
+		port=$((port + 1))
+	done
+	NATS_PORT=$port DEV_NATS_ARGS="--nats-port $port"
+}
+
 # http_status URL: the HTTP status code (000 if no answer).
 http_status() {
 	local url=$1

@@ -178,7 +178,7 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 			return nil, err
 		}
 	}
-	if p.broker, err = broker.Connect(ctx, p.natsURL, cfg.NATSStream, cfg.SubjectPrefix, broker.WithCredentials(natsCredentials(cfg))); err != nil {
+	if p.broker, err = broker.Connect(ctx, p.natsURL, cfg.NATSStream, cfg.SubjectPrefix, broker.WithCredentials(broker.ConfigCredentials(cfg))); err != nil {
 		return nil, err
 	}
 	// The fleet gauges are read on scrape, by this long-running process only (never per function call).

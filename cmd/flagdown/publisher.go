@@ -27,17 +27,11 @@ func eventPublisher(ctx context.Context, cfg *config.Config) (broker.PublishFunc
 	if cfg.NATSURL == "" {
 		return nil, nil, "", errNoBroker
 	}
-	b, err := broker.Connect(ctx, cfg.NATSURL, cfg.NATSStream, cfg.SubjectPrefix, broker.WithCredentials(natsCredentials(cfg)))
+	b, err := broker.Connect(ctx, cfg.NATSURL, cfg.NATSStream, cfg.SubjectPrefix, broker.WithCredentials(broker.ConfigCredentials(cfg)))
 	if err != nil {
 		return nil, nil, "", err
 	}
 	return b.Publish, b.Close, "nats " + cfg.NATSURL + " stream " + cfg.NATSStream, nil
-}
-
-// natsCredentials are the NATS user and TLS settings of cfg (FLAGDOWN_NATS_*).
-func natsCredentials(cfg *config.Config) broker.Credentials {
-	return broker.Credentials{User: cfg.NATSUser, Password: cfg.NATSPassword, CredsFile: cfg.NATSCreds,
-		CAFile: cfg.NATSCAFile, CertFile: cfg.NATSCertFile, KeyFile: cfg.NATSKeyFile}
 }
 
 // eventSigner returns the private key the relay and the expiry source sign events with

@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/config"
 	"github.com/flagdown/flagdown/shared/host"
 	"github.com/flagdown/flagdown/shared/invariants"
@@ -62,10 +61,8 @@ func newVerifyCmd() *cobra.Command {
 	return cmd
 }
 
-// verifyDeployment opens PostgreSQL and Redis as cfg says and runs invariants.CheckWith with grace
-// and cfg's pickup deadline and trip ceiling. When NATS_URL is set it also looks up the broker's
-// streams (never creating or changing them) so that the dead-letter and consumer-lag invariants are
-// judged; a broker it cannot reach leaves those two not checked, and the report says why.
+// verifyDeployment opens PostgreSQL and Redis as cfg says and runs invariants.CheckDeployment
+// with grace (the broker's two invariants too when NATS_URL is set).
 func verifyDeployment(ctx context.Context, cfg *config.Config, grace time.Duration) (invariants.Report, error) {
 	openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	d, err := host.Open(openCtx, cfg, logging.Discard())
@@ -74,26 +71,9 @@ func verifyDeployment(ctx context.Context, cfg *config.Config, grace time.Durati
 		return invariants.Report{}, fmt.Errorf("verify: %w", err)
 	}
 	defer d.Close()
-	opt := invariants.Options{Grace: grace, PickupDeadline: cfg.PickupDeadline, TripCeiling: cfg.TripCeiling}
-	why := "NATS_URL is not set"
-	if cfg.NATSURL != "" {
-		bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		b, err := broker.Connect(bctx, cfg.NATSURL, cfg.NATSStream, cfg.SubjectPrefix,
-			broker.WithCredentials(natsCredentials(cfg)), broker.ExistingStreams())
-		cancel()
-		if err != nil {
-			why = "broker not reachable: " + err.Error()
-		} else {
-			defer b.Close()
-			opt.Broker = b
-		}
-	}
-	rep, err := invariants.CheckWith(ctx, d.DB, d.Redis, opt)
+	rep, err := invariants.CheckDeployment(ctx, cfg, d.DB, d.Redis, grace)
 	if err != nil {
 		return invariants.Report{}, fmt.Errorf("verify: %w", err)
-	}
-	if opt.Broker == nil {
-		rep.NotCheckedWhy = why
 	}
 	return rep, nil
 }

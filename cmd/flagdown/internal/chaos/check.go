@@ -210,9 +210,12 @@ func (r *run) check(ctx context.Context) error {
 			r.sum.takeGroundTruth(r.replaySum.GroundTruth)
 		}
 	}
-	rep, err := invariants.Check(ctx, d.DB, d.Redis, r.opts.Grace)
+	rep, err := invariants.CheckDeployment(ctx, r.checkConfig(), d.DB, d.Redis, r.opts.Grace)
 	if err != nil {
 		return fmt.Errorf("chaos: invariants: %w", err)
+	}
+	if len(rep.NotChecked) > 0 {
+		r.sum.Failures = append(r.sum.Failures, fmt.Sprintf("invariants not checked: %v (%s)", rep.NotChecked, rep.NotCheckedWhy))
 	}
 	r.sum.VerifyRan, r.sum.Violations = true, rep.Violations()
 	for _, res := range rep.Results {

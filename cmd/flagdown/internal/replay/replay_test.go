@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/flagdown/flagdown/internal/testkit"
+	"github.com/flagdown/flagdown/shared/broker"
 	"github.com/flagdown/flagdown/shared/invariants"
 )
 
@@ -679,7 +680,9 @@ func TestVerifyInto(t *testing.T) {
 	d := testkit.Deps(t, nil)
 	ctx := context.Background()
 	o := DefaultOptions()
-	o.VerifyConfig, o.VerifyGrace = d.Config, time.Second
+	noBroker := *d.Config
+	noBroker.NATSURL = ""
+	o.VerifyConfig, o.VerifyGrace = &noBroker, time.Second
 
 	sum := (&sim{opts: o, rides: map[string]*ride{}, conflictReasons: map[string]int{}, httpErrors: map[string]int{}}).summary(0, 0, 0)
 	if err := verifyInto(ctx, o, sum, io.Discard); err != nil {
@@ -697,6 +700,30 @@ func TestVerifyInto(t *testing.T) {
 	if want := fmt.Sprintf("all %d checked hold", len(invariants.All)-len(sum.VerifyNotChecked)); !strings.Contains(buf.String(), want) ||
 		!strings.Contains(buf.String(), "not checked: "+strings.Join(sum.VerifyNotChecked, ", ")) {
 		t.Errorf("table of a clean check without a broker, want %q and the invariants not checked:\n%s", want, buf.String())
+	}
+
+	// The configuration names the deployment's broker (NATS_URL): its invariants are judged too.
+	withBroker := *d.Config
+	id := testkit.ID()
+	withBroker.NATSURL, withBroker.NATSStream, withBroker.SubjectPrefix = testkit.NATS(t), "T_"+strings.ToUpper(id), "t"+id+".events"
+	b, err := broker.Connect(ctx, withBroker.NATSURL, withBroker.NATSStream, withBroker.SubjectPrefix) // the platform made its streams
+	if err != nil {
+		t.Fatalf("broker: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = b.JetStream().DeleteStream(context.Background(), b.Stream())
+		_ = b.JetStream().DeleteStream(context.Background(), b.DLQStream())
+		b.Close()
+	})
+	ob := o
+	ob.VerifyConfig = &withBroker
+	sumB := (&sim{opts: ob, rides: map[string]*ride{}, conflictReasons: map[string]int{}, httpErrors: map[string]int{}}).summary(0, 0, 0)
+	if err := verifyInto(ctx, ob, sumB, io.Discard); err != nil {
+		t.Fatalf("verify of a clean platform with its broker: %v", err)
+	}
+	if len(sumB.VerifyNotChecked) != 0 || sumB.VerifyViolations != 0 {
+		t.Errorf("with the broker named: not checked %v (%s), violations %d; want every invariant checked, none violated",
+			sumB.VerifyNotChecked, sumB.VerifyNotCheckedWhy, sumB.VerifyViolations)
 	}
 
 	// An event the relay never published, an hour old.

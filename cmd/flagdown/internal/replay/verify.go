@@ -40,8 +40,9 @@ func waitBeforeVerify(ctx context.Context, o Options, lastRequest time.Time, out
 	}
 }
 
-// verifyInto checks the platform's invariants (invariants.Check with o.VerifyGrace) against the
-// PostgreSQL and Redis of o.VerifyConfig, or of config.Load() when it is nil, and records the
+// verifyInto checks the platform's invariants (invariants.CheckDeployment with o.VerifyGrace: the
+// broker's too when the configuration names NATS_URL) against the PostgreSQL, Redis and broker of
+// o.VerifyConfig, or of config.Load() when it is nil, and records the
 // counts in sum. When the check cannot run, sum.VerifyError says why and the error is returned.
 func verifyInto(ctx context.Context, o Options, sum *Summary, out io.Writer) error {
 	fail := func(err error) error {
@@ -68,7 +69,7 @@ func verifyInto(ctx context.Context, o Options, sum *Summary, out io.Writer) err
 		return fail(err)
 	}
 	defer d.Close()
-	rep, err := invariants.Check(ctx, d.DB, d.Redis, o.VerifyGrace)
+	rep, err := invariants.CheckDeployment(ctx, cfg, d.DB, d.Redis, o.VerifyGrace)
 	if err != nil {
 		return fail(err)
 	}
