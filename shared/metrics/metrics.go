@@ -177,11 +177,11 @@ var (
 		Help: "Decisions taken without Redis (it did not answer in time), by check (rate_limit, pricing, ride_view, effects).",
 	}, []string{"check"})
 	// RedisBreakerOpened counts the times a process's Redis client stopped sending commands to a
-	// node after consecutive commands went unanswered (redisstore's circuit breaker; it sends again
-	// once a probe is answered).
+	// node that answered none for a while (redisstore's circuit breaker; it sends again once a
+	// probe is answered).
 	RedisBreakerOpened = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "flagdown_redis_breaker_opened_total",
-		Help: "Times the Redis client stopped sending commands to a node that left consecutive commands unanswered (it probes once a second).",
+		Help: "Times the Redis client stopped sending commands to a node that answered none for 2 s (it probes once a second).",
 	})
 	// RedisGenerations counts new Redis generations the expiry source's health mark saw: Redis
 	// restarted without its data, was flushed, or a failover promoted a replica without the mark

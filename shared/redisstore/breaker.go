@@ -19,17 +19,20 @@ import (
 var ErrNotAnswering = errors.New("redis is not answering: command not sent")
 
 // Circuit breaker of every client Open builds (one per Redis node), on sony/gobreaker:
-//   - breakerTrips consecutive commands without an answer (a timeout, a refused or reset
-//     connection, a deadline passed while waiting) stop the client sending: every command then
-//     fails at once with ErrNotAnswering, so a request PostgreSQL decides pays the Redis timeout
-//     once per outage, not once per Redis step, and a hung Redis is not sent a growing backlog;
+//   - when none of the node's commands was answered in the last breakerSilence and at least
+//     breakerTrips went unanswered in it (a timeout, a refused or reset connection, a deadline
+//     passed while waiting), the client stops sending: every command then fails at once with
+//     ErrNotAnswering, so a request PostgreSQL decides pays the Redis timeout once per outage, not
+//     once per Redis step, and a hung Redis is not sent a growing backlog. A Redis that is slow
+//     but answers (a busy host) answers some commands in every such span and is never cut off;
 //   - after breakerOpen one command is let through as a probe; its answer resumes sending, its
 //     failure stops it for breakerOpen more;
 //   - any answer is an answer: a missing key, a script or WRONGTYPE error count as success; a
 //     caller that cancelled its context, or a closed client, count as neither.
 const (
-	breakerTrips = 5
-	breakerOpen  = time.Second
+	breakerTrips   = 5
+	breakerSilence = 2 * time.Second
+	breakerOpen    = time.Second
 )
 
 // breaker is the go-redis hook holding one node's circuit breaker.
@@ -40,10 +43,14 @@ type breaker struct {
 // newBreaker returns the hook for the node at addr.
 func newBreaker(addr string) *breaker {
 	return &breaker{cb: gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:        addr,
-		MaxRequests: 1,
-		Timeout:     breakerOpen,
-		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= breakerTrips },
+		Name:         addr,
+		MaxRequests:  1,
+		Interval:     breakerSilence,
+		BucketPeriod: breakerSilence / 8,
+		Timeout:      breakerOpen,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.TotalSuccesses == 0 && c.TotalFailures >= breakerTrips
+		},
 		IsSuccessful: func(err error) bool {
 			return !unanswered(err)
 		},

@@ -189,8 +189,9 @@ func Open(ctx context.Context, url string) (redis.UniversalClient, error) {
 // and a failed command is retried once, so a command on a Redis that does not answer (stopped,
 // partitioned) fails within about two socket timeouts and a hung Redis holds at most the pool's
 // connections, never a growing pile of goroutines. Each node's commands go through a circuit
-// breaker (breaker.go): after 5 commands in a row without an answer the client sends none, failing
-// them at once with ErrNotAnswering, until a probe (one a second) is answered.
+// breaker (breaker.go): when a node answered nothing for 2 s while commands went unanswered, the
+// client sends it none, failing them at once with ErrNotAnswering, until a probe (one a second) is
+// answered.
 func OpenTimeout(ctx context.Context, url string, timeout time.Duration) (redis.UniversalClient, error) {
 	timeout = max(timeout, MinSocketTimeout)
 	var rdb redis.UniversalClient
