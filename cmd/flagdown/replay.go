@@ -114,7 +114,8 @@ summary, when a count is not 0 or when the check could not run (--verify=false s
 	f.Float64Var(&o.Speedup, "speedup", o.Speedup, "simulated seconds per wall second")
 	f.DurationVar(&o.PingInterval, "ping-interval", o.PingInterval, "driver ping interval, simulated time")
 	f.Float64Var(&o.AcceptProb, "accept-prob", o.AcceptProb, "probability a driver accepts an offer he answers (else declines), 0..1")
-	f.BoolVar(&o.SendRule, "send-rule", o.SendRule, "the seed's send rule: a stationary or carrying driver sends a position only after 50 m or 15 s (every --ping-interval otherwise); the summary reports the writes saved")
+	f.BoolVar(&o.SendRule, "send-rule", o.SendRule, "the seed's send rule: a stationary or carrying driver sends a position only after 50 m or 15 s simulated "+
+		"(every --ping-interval otherwise, a ride phase change at once); the summary reports the pings sent and the writes saved (--send-rule=false: every driver every --ping-interval)")
 	f.BoolVar(&o.Push, "push", o.Push, "every simulated driver and rider holds a WebSocket (GET /ws): drivers react to pushed offers; false polls only")
 	f.Float64Var(&o.NoAnswerProb, "no-answer-prob", o.NoAnswerProb, "probability, per offer, that a driver ignores it (neither accepts nor declines; the platform times it out), 0..1")
 	f.Float64Var(&o.OfflineProbPerHour, "offline-prob", o.OfflineProbPerHour,
