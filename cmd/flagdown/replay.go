@@ -33,7 +33,9 @@ dropoff points of the file's trips that ended before the replayed window, which 
 after the file's first pickup, or when none did, of its
 trips picked up outside the window; never at a replayed pickup; replay-pickups, optimistic, puts them
 at the file's pickups, the replayed ones included), go online and ping POST /function/location-update
-(batched, like a gateway aggregator, with one ops token; single pings with the driver's own token);
+(batched, like a gateway aggregator, with one ops token; single pings with the driver's own token)
+as the seed's send rule asks (--send-rule, on by default: while stationary or carrying a passenger
+only after 50 m or 15 s simulated, every --ping-interval on the way to a pickup);
 every simulated driver and rider sends his own HS256 token, minted with FLAGDOWN_JWT_SECRET (the
 platform's secret: in make demo both get the same one); they accept or decline the offers they see in the ping answers,
 drive straight-line to the pickup and the dropoff, and start and complete their rides. Each trip in the

@@ -18,7 +18,7 @@ const (
 	SendRuleMinMoveM = 50
 	// SendRuleMaxQuiet is the longest a stationary or carrying driver goes without sending
 	// (simulated time); the platform's heartbeat TTL and hail freshness must allow it plus slack
-	// (dispatch.ClientMaxQuiet).
+	// (FLAGDOWN_HEARTBEAT_TTL, FLAGDOWN_HAIL_PING_MAX_AGE: at least 20 s in a real city).
 	SendRuleMaxQuiet = 15 * time.Second
 )
 
