@@ -81,6 +81,7 @@ the run's logs and stores are then kept (the path is printed).`,
 	f.DurationVar(&o.HeartbeatTTL, "heartbeat-ttl", o.HeartbeatTTL, "FLAGDOWN_HEARTBEAT_TTL of the platform")
 	f.DurationVar(&o.RedisStop, "redis-stop", o.RedisStop, "how long a redis_sigstop fault freezes Redis (longer than the heartbeat TTL)")
 	f.Float64Var(&o.OfflineProbPerHour, "offline-prob", o.OfflineProbPerHour, "probability a simulated driver stops pinging for good within a simulated hour")
+	f.BoolVar(&o.SendRule, "send-rule", o.SendRule, "the replay's drivers follow the seed's send rule (as flagdown replay --send-rule; off here by default)")
 	f.DurationVar(&o.InvariantEvery, "invariant-every", o.InvariantEvery, "wall time between two invariant checks during the run")
 	f.StringVar(&faults, "faults", faults, "comma-separated fault kinds to inject (each at least once), or all")
 	f.StringVar(&o.SummaryPath, "summary", o.SummaryPath, "where to write the JSON summary (empty: none)")

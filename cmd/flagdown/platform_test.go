@@ -114,6 +114,14 @@ func TestReplayEndToEnd(t *testing.T) {
 		t.Errorf("match latency over %d rides, offer latency over %d; want every one of %d requested, and some",
 			sum.MatchLatencyCount, sum.OfferLatencyCount, sum.RidesRequested)
 	}
+	// The send rule is on by default: stationary and carrying drivers' due pings are held back,
+	// and every ping sent was answered unless its call failed.
+	if answered := sum.PingsTotal == sum.PingsSent || (sum.PingsTotal < sum.PingsSent && sum.HTTPErrors["location-update"] > 0); !answered ||
+		!sum.SendRule || sum.PingsSavedBySendRule == 0 ||
+		sum.SendRuleSavedPct != 100*float64(sum.PingsSavedBySendRule)/float64(sum.PingsSent+sum.PingsSavedBySendRule) {
+		t.Errorf("send rule %v: %d pings sent, %d answered, %d saved (%.1f %%); want on, every sent one answered, some saved",
+			sum.SendRule, sum.PingsSent, sum.PingsTotal, sum.PingsSavedBySendRule, sum.SendRuleSavedPct)
+	}
 	if _, err := os.Stat(opts.SummaryPath); err != nil {
 		t.Fatalf("summary not written: %v", err)
 	}

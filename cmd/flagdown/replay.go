@@ -33,7 +33,9 @@ dropoff points of the file's trips that ended before the replayed window, which 
 after the file's first pickup, or when none did, of its
 trips picked up outside the window; never at a replayed pickup; replay-pickups, optimistic, puts them
 at the file's pickups, the replayed ones included), go online and ping POST /function/location-update
-(batched, like a gateway aggregator, with one ops token; single pings with the driver's own token);
+(batched, like a gateway aggregator, with one ops token; single pings with the driver's own token)
+as the seed's send rule asks (--send-rule, on by default: while stationary or carrying a passenger
+only after 50 m or 15 s simulated, every --ping-interval on the way to a pickup);
 every simulated driver and rider sends his own HS256 token, minted with FLAGDOWN_JWT_SECRET (the
 platform's secret: in make demo both get the same one); they accept or decline the offers they see in the ping answers,
 drive straight-line to the pickup and the dropoff, and start and complete their rides. Each trip in the
@@ -114,7 +116,8 @@ summary, when a count is not 0 or when the check could not run (--verify=false s
 	f.Float64Var(&o.Speedup, "speedup", o.Speedup, "simulated seconds per wall second")
 	f.DurationVar(&o.PingInterval, "ping-interval", o.PingInterval, "driver ping interval, simulated time")
 	f.Float64Var(&o.AcceptProb, "accept-prob", o.AcceptProb, "probability a driver accepts an offer he answers (else declines), 0..1")
-	f.BoolVar(&o.SendRule, "send-rule", o.SendRule, "the seed's send rule: a stationary or carrying driver sends a position only after 50 m or 15 s (every --ping-interval otherwise); the summary reports the writes saved")
+	f.BoolVar(&o.SendRule, "send-rule", o.SendRule, "the seed's send rule: a stationary or carrying driver sends a position only after 50 m or 15 s simulated "+
+		"(every --ping-interval otherwise, a ride phase change at once); the summary reports the pings sent and the writes saved (--send-rule=false: every driver every --ping-interval)")
 	f.BoolVar(&o.Push, "push", o.Push, "every simulated driver and rider holds a WebSocket (GET /ws): drivers react to pushed offers; false polls only")
 	f.Float64Var(&o.NoAnswerProb, "no-answer-prob", o.NoAnswerProb, "probability, per offer, that a driver ignores it (neither accepts nor declines; the platform times it out), 0..1")
 	f.Float64Var(&o.OfflineProbPerHour, "offline-prob", o.OfflineProbPerHour,

@@ -77,6 +77,17 @@ func TestDriversPressNeedsAFreshPing(t *testing.T) {
 	wantStatus(t, "the same driver after a fresh ping", status, body, http.StatusAccepted)
 }
 
+// TestDriversPressAfterTheSendRulesQuietStretch: a stationary driver's app sends nothing for 15 s
+// under the seed's send rule (16 s on a 4 s tick, and a second more on the way): his press then
+// is fresh enough for the default FLAGDOWN_HAIL_PING_MAX_AGE (25 s).
+func TestDriversPressAfterTheSendRulesQuietStretch(t *testing.T) {
+	t.Parallel()
+	env := fntest.NewEnv(t, nil)
+	pingAt(t, env, "d-quiet", corner, time.Now().Add(-17*time.Second))
+	status, body := driverHail(t, env, "d-quiet", fntest.Offset(corner, 10, 0), "")
+	wantStatus(t, "driver whose last ping is 17 s old", status, body, http.StatusAccepted)
+}
+
 // TestDriversPressGoesThroughTheGPSJumpRule: the press is a move from the last ping, judged by the
 // pings' GPS-jump rule (FLAGDOWN_MAX_SPEED_MPS × elapsed + noise): 200 m at 1 m/s within seconds is
 // refused with hail_gps_jump, though it lies within the hail radius.

@@ -292,3 +292,63 @@ func TestPingsOfADriverOnAnAcceptedRideMoveTheRidesDriverPosition(t *testing.T) 
 		t.Errorf("a driver on an accepted ride is in the available set after pinging available")
 	}
 }
+
+// The seed's send rule lets a carrying driver's app stay quiet 15 s (fewer than 50 m moved, or
+// a red light then a quick start): the ping after such a gap, at a taxi's real speed, is applied
+// by the default GPS-jump rule (55 m/s × 15 s + 50 m), moves the ride's driver position, and
+// keeps him on his ride. Fix times are the app's (ts); the rule reads only their difference.
+func TestPingAfterTheSendRulesQuietStretchOfACarryingDriverIsApplied(t *testing.T) {
+	t.Parallel()
+	env := fntest.NewEnv(t, nil)
+	const driver = "d-quiet"
+	t0 := time.Now().Add(-2 * time.Minute)
+	send := func(p dispatch.Point, at time.Time) fntest.JSON {
+		t.Helper()
+		status, body := fntest.Do(t, env.Location, http.MethodPost, "/", fntest.JSON{
+			"driver_id": driver, "lat": p.Lat, "lng": p.Lng, "ts": ts(at), "status": "available",
+		}, env.As(auth.RoleDriver, driver))
+		if status != http.StatusOK {
+			t.Fatalf("ping: status %d: %v", status, body)
+		}
+		return body
+	}
+	pickup := midtown
+	send(fntest.Offset(pickup, 20, 0), t0)
+	rideID := env.CreateRide(t, "r-quiet", pickup, fntest.Offset(pickup, 5000, 0))
+	if got, want := env.MatchRide(t, rideID), "offered"; got != want {
+		t.Fatalf("match outcome = %q, want %q", got, want)
+	}
+	if status, body := env.AcceptRide(t, rideID, driver); status != http.StatusOK {
+		t.Fatalf("accept: %d %v", status, body)
+	}
+	if status, body := env.RideAction(t, rideID, "start", fntest.JSON{"driver_id": driver}); status != http.StatusOK {
+		t.Fatalf("start: %d %v", status, body)
+	}
+	last, lastAt := fntest.Offset(pickup, 40, 0), t0.Add(4*time.Second)
+	if body := send(last, lastAt); body["applied"] != true {
+		t.Fatalf("ping at the pickup: %v", body)
+	}
+	for _, tc := range []struct {
+		name  string
+		gap   time.Duration
+		moveM float64
+	}{
+		{"stood still 15 s (held by the rule), then 15 s at 25 m/s", 15 * time.Second, 375},
+		{"16 s at 30 m/s (the rule's 15 s on a 4 s tick)", 16 * time.Second, 480},
+	} {
+		next := fntest.Offset(last, tc.moveM, 0)
+		body := send(next, lastAt.Add(tc.gap))
+		if body["applied"] != true || body["rejected"] != "" && body["rejected"] != nil {
+			t.Errorf("%s: applied %v rejected %v, want applied (%v)", tc.name, body["applied"], body["rejected"], body)
+		}
+		if got := body["status"]; got == "available" || got == "offline" {
+			t.Errorf("%s: status %v, want him still on his ride", tc.name, got)
+		}
+		view := env.GetRide(t, rideID)
+		pos, _ := view["driver_position"].(map[string]any)
+		if pos == nil || !fntest.Near(dispatch.Point{Lat: pos["lat"].(float64), Lng: pos["lng"].(float64)}, next, 1e-6) {
+			t.Errorf("%s: ride's driver_position %v, want %v", tc.name, view["driver_position"], next)
+		}
+		last, lastAt = next, lastAt.Add(tc.gap)
+	}
+}

@@ -213,3 +213,21 @@ func TestSNSApps(t *testing.T) {
 		t.Errorf("SNS config = %q %q %q %q, want the environment's", c.SNSAppARNFCM, c.SNSAppARNAPNS, c.SNSAppARNAPNSSandbox, c.SNSEndpoint)
 	}
 }
+
+// TestDefaultsAllowTheSendRulesQuietStretch: a driver app under the seed's send rule sends nothing
+// for up to 15 s while stationary or carrying (16 s on a 4 s tick): the default heartbeat and
+// hail freshness outlast that with slack, and the offline brake counts a driver as lapsing only
+// once he has been silent for longer (half a TTL).
+func TestDefaultsAllowTheSendRulesQuietStretch(t *testing.T) {
+	const quiet, slack = 15 * time.Second, 5 * time.Second
+	c, err := config.FromEnv(map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.HeartbeatTTL < quiet+slack || c.HailPingMaxAge < quiet+slack {
+		t.Errorf("FLAGDOWN_HEARTBEAT_TTL %s, FLAGDOWN_HAIL_PING_MAX_AGE %s: want both at least %s", c.HeartbeatTTL, c.HailPingMaxAge, quiet+slack)
+	}
+	if c.HeartbeatTTL/2 < quiet {
+		t.Errorf("half of FLAGDOWN_HEARTBEAT_TTL (%s) is shorter than the send rule's %s: the offline brake would count stationary drivers as lapsing", c.HeartbeatTTL/2, quiet)
+	}
+}

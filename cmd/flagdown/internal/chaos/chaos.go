@@ -140,6 +140,10 @@ type Options struct {
 	OfflineProbPerHour float64
 	// InvariantEvery is the wall time between two invariant checks during the run (each with Grace).
 	InvariantEvery time.Duration
+	// SendRule makes the replay's drivers follow the seed's send rule (replay.Options.SendRule).
+	// Off by default: the chaos verdict's figures are measured with every driver pinging every
+	// ping interval.
+	SendRule bool
 	// BreakConsumers starts the platform with event verification keys that match no signer, so
 	// every consumer refuses every event (a broken consumer; the verdict must fail). Tests only.
 	BreakConsumers bool
@@ -558,6 +562,7 @@ func (r *run) exercise(ctx context.Context) error {
 	ropts.SummaryPath, ropts.Progress, ropts.Verify = "", false, false
 	ropts.Concurrency = 16
 	ropts.OfflineProbPerHour = r.opts.OfflineProbPerHour
+	ropts.SendRule = r.opts.SendRule
 	ropts.JWTSecret, ropts.JWTIssuer, ropts.JWTAudience = r.cfg.JWTSecret, r.cfg.JWTIssuer, r.cfg.JWTAudience
 	ropts.GroundTruth, ropts.VerifyConfig, ropts.HeartbeatTTL, ropts.Outages = true, r.cfg, r.opts.HeartbeatTTL, r.outageList
 	type result struct {

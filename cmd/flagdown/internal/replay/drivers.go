@@ -47,10 +47,10 @@ type driver struct {
 	// answered holds the offer ids he accepted or declined.
 	answered map[string]bool
 	// stoppedWall is when he stopped pinging for good (wall; zero while he pings), lastPingOK
-	// when his last answered ping came back (wall), seenOffline when a ping answer first said he
+	// when his last answered ping came back (wall; prevPingOK the one before), seenOffline when a ping answer first said he
 	// was offline although his ping did not ask for it (wall; zero: never): the ground truth
 	// (truth.go).
-	stoppedWall, lastPingOK, seenOffline time.Time
+	stoppedWall, lastPingOK, prevPingOK, seenOffline time.Time
 }
 
 // position is where d is at simulated time t: on his leg when driving, else where he stopped.
@@ -61,7 +61,9 @@ func (d *driver) position(t time.Duration) LatLng {
 	return d.pos
 }
 
-// pingDue sends the pings due at simulated time t, BatchSize per call.
+// pingDue sends the pings due at simulated time t, BatchSize per call. With the send rule
+// (sendrule.go) a stationary or carrying driver's due ping may be held back (counted as saved), and
+// a driver whose ride phase changed since his last sent ping sends at once, off his interval.
 func (s *sim) pingDue(t time.Duration) {
 	var batch []Ping
 	var who []*driver
@@ -72,6 +74,7 @@ func (s *sim) pingDue(t time.Duration) {
 		}
 		pings, ds := batch, who
 		batch, who = nil, nil
+		s.pingsSent.Add(int64(len(pings)))
 		s.submit(func(ctx context.Context) {
 			res, err := s.c.locationUpdate(ctx, pings, s.opts.BatchSize > 1)
 			s.pingRequests.Add(1)
@@ -80,29 +83,40 @@ func (s *sim) pingDue(t time.Duration) {
 		})
 	}
 	for _, d := range s.drivers {
-		if d.offline || d.nextPing > t {
+		if d.offline {
 			continue
 		}
-		d.nextPing += s.opts.PingInterval
-		if d.nextPing <= t { // fell behind: do not burst, keep the phase
-			d.nextPing += (t - d.nextPing) / s.opts.PingInterval * s.opts.PingInterval
+		due := d.nextPing <= t
+		if !due && !s.phaseChanged(d) {
+			continue
+		}
+		if due {
 			d.nextPing += s.opts.PingInterval
+			if d.nextPing <= t { // fell behind: do not burst, keep the phase
+				d.nextPing += (t - d.nextPing) / s.opts.PingInterval * s.opts.PingInterval
+				d.nextPing += s.opts.PingInterval
+			}
 		}
 		p := d.position(t)
-		if s.holdBack(d, t, p, !d.online && d.state == stIdle) { // the send rule (sendrule.go)
+		asksStatus := !d.online && d.state == stIdle
+		if due && !asksStatus && s.ruleHolds(d, t, p) {
+			s.rule.saved.Add(1)
 			continue
 		}
 		if d.inFlight {
-			s.pingsSkipped.Add(1)
-			continue
+			if due {
+				s.pingsSkipped.Add(1)
+			}
+			continue // a phase change waits for the answer and goes at the next tick
 		}
 		d.inFlight = true
+		s.sent(d, t, p)
 		ping := Ping{DriverID: d.id, Lat: p.Lat, Lng: p.Lng, TS: wall}
 		if d.leg != nil && d.leg.End() > t {
 			h := d.leg.Heading()
 			ping.Heading, ping.SpeedMPS = &h, min(s.opts.DriverSpeedMPS, maxSentSpeedMPS)
 		}
-		if !d.online && d.state == stIdle {
+		if asksStatus {
 			ping.Status = "available"
 		}
 		batch = append(batch, ping)
@@ -117,8 +131,11 @@ func (s *sim) pingDue(t time.Duration) {
 // pingResults applies the answers of one location-update call (arrived at wall time at) to the
 // drivers whose pings it carried.
 func (s *sim) pingResults(ds []*driver, pings []Ping, res []PingResult, err error, at time.Time) {
-	for _, d := range ds {
+	for i, d := range ds {
 		d.inFlight = false
+		if i >= len(res) { // no answer for his ping: the send rule sends his next one
+			s.undelivered(d)
+		}
 	}
 	if err != nil && len(res) == 0 {
 		s.noteErr("location-update", err)
@@ -133,7 +150,7 @@ func (s *sim) pingResults(ds []*driver, pings []Ping, res []PingResult, err erro
 		}
 		d := ds[i]
 		s.pingsTotal.Add(1)
-		d.lastPingOK = at
+		d.prevPingOK, d.lastPingOK = d.lastPingOK, at
 		if r.Status == "offline" && i < len(pings) && pings[i].Status == "" && d.seenOffline.IsZero() && !d.offline {
 			d.seenOffline = at // he believed he was online: the platform took him offline
 		}
@@ -142,6 +159,8 @@ func (s *sim) pingResults(ds []*driver, pings []Ping, res []PingResult, err erro
 			s.gpsRejected.Add(1)
 		case "stale":
 			s.staleRejected.Add(1)
+		case "rate_limited": // not applied, heartbeat not refreshed: the send rule sends the next one
+			s.undelivered(d)
 		}
 		if r.Status != "" {
 			// "unknown": the platform lost his state; his next ping says he is available again.
@@ -184,9 +203,14 @@ func (s *sim) offerArrived(d *driver, offer Offer, at time.Time, viaPush bool) {
 	} else {
 		s.offersByPing++
 		if d.sock != nil {
-			// It should have come by push too, unless his socket was down when it was made (at most
-			// one ping interval before this answer).
-			made := at.Add(-time.Duration(float64(s.opts.PingInterval)/s.opts.Speedup) - time.Second)
+			// It should have come by push too, unless his socket was down when it was made: at most
+			// one ping interval before this answer, or, after a longer quiet stretch (the send
+			// rule), since his previous answered ping.
+			made := at.Add(-time.Duration(float64(s.opts.PingInterval) / s.opts.Speedup))
+			if !d.prevPingOK.IsZero() && d.prevPingOK.Before(made) {
+				made = d.prevPingOK
+			}
+			made = made.Add(-time.Second)
 			s.pingOffers = append(s.pingOffers, pingOffer{d: d, offerID: offer.OfferID, sock: d.sock,
 				downs: d.sock.downs.Load(), expected: d.sock.connectedSince(made), seenAt: at})
 		}

@@ -23,12 +23,23 @@ const PlatformGPSNoiseM = 50
 // speed_mps exceeds 2 × FLAGDOWN_MAX_SPEED_MPS.
 const maxSentSpeedMPS = 100
 
-// gpsJumpCheck returns how far a moving driver travels between two pings (metres) and how far the
-// platform's default gps_jump rule allows for the wall time between them (metres).
-func gpsJumpCheck(o Options) (stepM, allowedM float64) {
-	stepM = o.DriverSpeedMPS * o.PingInterval.Seconds()
-	allowedM = PlatformDefaultMaxSpeedMPS*o.PingInterval.Seconds()/o.Speedup + PlatformGPSNoiseM
-	return stepM, allowedM
+// gpsJumpCheck returns how far a moving driver travels between two sent pings (metres) and how far
+// the platform's default gps_jump rule allows for the wall time between them (metres): one ping
+// interval apart, or, with the send rule, as many as a carrying driver needs to cover
+// SendRuleMinMoveM (at most SendRuleMaxQuiet), whichever leaves less margin; wallS is the wall
+// time between those two pings, seconds.
+func gpsJumpCheck(o Options) (stepM, allowedM, wallS float64) {
+	one := o.DriverSpeedMPS * o.PingInterval.Seconds()
+	k := 1.0
+	if o.SendRule && one > 0 {
+		k = max(1, min(math.Ceil(SendRuleMinMoveM/one), math.Ceil(float64(SendRuleMaxQuiet)/float64(o.PingInterval))))
+	}
+	wallS = o.PingInterval.Seconds() / o.Speedup
+	stepM, allowedM = one, PlatformDefaultMaxSpeedMPS*wallS+PlatformGPSNoiseM
+	if kStep, kAllowed := k*one, PlatformDefaultMaxSpeedMPS*k*wallS+PlatformGPSNoiseM; kStep-kAllowed > stepM-allowedM {
+		stepM, allowedM, wallS = kStep, kAllowed, k*wallS
+	}
+	return stepM, allowedM, wallS
 }
 
 // MaxBatchSize is the largest number of pings the replay puts in one location-update call.
@@ -103,9 +114,10 @@ type Options struct {
 	// reports offer push latency and messages lost. false keeps polling only.
 	Push bool
 	// SendRule applies the seed's send rule (sendrule.go): a stationary or carrying driver sends a
-	// position only after SendRuleMinMoveM metres or SendRuleMaxQuiet; every ping interval otherwise.
-	// Off by default: with push off a driver learns of offers only from ping answers, and the
-	// benchmarks and the figures are measured without it.
+	// position only after SendRuleMinMoveM metres or SendRuleMaxQuiet (simulated); every ping
+	// interval otherwise; a change of his ride phase at once. DefaultOptions: on (flagdown replay and
+	// make demo; flagdown chaos turns it off unless asked). With Push off a stationary idle driver
+	// learns of an offer only from a ping answer, so up to SendRuleMaxQuiet later.
 	SendRule bool
 	// Progress shows how far the replay is on out: a progress bar over simulated time when out is a
 	// terminal, otherwise (a file, a pipe, CI) one plain line every ProgressEvery of wall time.
@@ -178,6 +190,7 @@ func DefaultOptions() Options {
 		BatchSize:          200,
 		CheckURL:           true,
 		Push:               true,
+		SendRule:           true,
 		SpreadMinute:       true,
 		Progress:           true,
 		Verify:             true,

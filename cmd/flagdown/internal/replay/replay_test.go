@@ -191,7 +191,7 @@ func TestSummaryJSONKeys(t *testing.T) {
 		"time_to_match_p50_s", "time_to_match_p95_s", "time_to_match_p99_s", "time_to_match_count",
 		"pickup_distance_mean_m", "pickup_distance_p50_m", "pickup_distance_p95_m", "pickup_distance_count",
 		"offer_latency_p50_ms", "offer_latency_p99_ms", "offer_latency_count",
-		"pings_total", "pings_per_s", "gps_rejected", "wall_seconds", "drivers", "speedup", "window_minutes",
+		"pings_total", "pings_sent", "send_rule", "pings_saved_by_send_rule", "send_rule_saved_pct", "pings_per_s", "gps_rejected", "wall_seconds", "drivers", "speedup", "window_minutes",
 		"ping_interval_s", "accept_prob", "driver_speed_mps", "drain_s", "seed", "concurrency", "batch_size",
 		"offer_timeouts", "offers_ignored", "rematches", "rides_reoffered", "rides_reopened", "drivers_went_offline",
 		"offline_rides_abandoned", "offline_rides_reopened", "offline_rides_rematched", "rides_never_matched",

@@ -78,10 +78,10 @@ func Run(ctx context.Context, opts Options, out io.Writer) (*Summary, error) {
 	if opts.SpreadMinute {
 		trips = SpreadMinute(trips, opts.Seed)
 	}
-	if step, allowed := gpsJumpCheck(opts); step > allowed {
+	if step, allowed, wallS := gpsJumpCheck(opts); step > allowed {
 		fmt.Fprintf(out, "warning: a moving driver covers %.0f m between pings (%.2f s wall apart) but the platform's default gps_jump rule "+
 			"allows only %.0f m (FLAGDOWN_MAX_SPEED_MPS %d × dt + %d m noise): lower --speedup or --driver-speed-mps\n",
-			step, opts.PingInterval.Seconds()/opts.Speedup, allowed, PlatformDefaultMaxSpeedMPS, PlatformGPSNoiseM)
+			step, wallS, allowed, PlatformDefaultMaxSpeedMPS, PlatformGPSNoiseM)
 	}
 	s := &sim{
 		ctx: ctx, opts: opts, c: c, trips: trips, t0: trips[0].PickupTime, starts: pool,

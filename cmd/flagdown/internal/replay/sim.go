@@ -66,8 +66,8 @@ type sim struct {
 	inboxMu sync.Mutex
 	inbox   []func()
 
-	pingsTotal, pingRequests, pingsSkipped, gpsRejected, staleRejected atomic.Int64
-	rule                                                               sendRuleState
+	pingsTotal, pingsSent, pingRequests, pingsSkipped, gpsRejected, staleRejected atomic.Int64
+	rule                                                                          sendRuleState
 
 	push            pushStats
 	dialSem         chan struct{}

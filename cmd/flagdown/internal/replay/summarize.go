@@ -43,7 +43,7 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 		TransitionConflicts: s.transitionConf, RideStatusCounts: nonNilMap(s.statusCounts),
 		RideFetchErrors: s.fetchErrs, FinalStatusKnown: s.fetched,
 		OffersIgnored: s.offersIgnored, OfferTimeouts: s.offerTimeouts, DriversWentOffline: s.driversOffline,
-		PingsTotal: s.pingsTotal.Load(), PingRequests: s.pingRequests.Load(), PingsSkipped: s.pingsSkipped.Load(),
+		PingsTotal: s.pingsTotal.Load(), PingsSent: s.pingsSent.Load(), PingRequests: s.pingRequests.Load(), PingsSkipped: s.pingsSkipped.Load(),
 		GPSRejected: s.gpsRejected.Load(), StaleRejected: s.staleRejected.Load(),
 		SendRule: s.opts.SendRule, PingsSavedBySendRule: s.rule.saved.Load(),
 		HTTPErrors: nonNilMap(s.httpErrors), ErrorExamples: nonNil(s.errorExamples),
@@ -63,7 +63,7 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 	if pingWall > 0 {
 		sum.PingsPerS = float64(sum.PingsTotal) / pingWall.Seconds()
 	}
-	if due := sum.PingsTotal + sum.PingsSavedBySendRule; due > 0 {
+	if due := sum.PingsSent + sum.PingsSavedBySendRule; due > 0 {
 		sum.SendRuleSavedPct = 100 * float64(sum.PingsSavedBySendRule) / float64(due)
 	}
 	var ttm, dist []float64

@@ -299,6 +299,9 @@ type Summary struct {
 
 	// PingsTotal is how many pings the platform answered (each ping of a batch counts once).
 	PingsTotal int64 `json:"pings_total"`
+	// PingsSent is how many pings the replay sent (put in a location-update call, answered or not;
+	// the supply drop's sign-off pings included): the writes the platform was asked for.
+	PingsSent int64 `json:"pings_sent"`
 	// PingsPerS is PingsTotal divided by the wall seconds the ping phase ran (sustained rate).
 	PingsPerS float64 `json:"pings_per_s"`
 	// PingRequests is how many location-update HTTP calls were made.
@@ -308,8 +311,9 @@ type Summary struct {
 	PingsSkipped int64 `json:"pings_skipped"`
 	// SendRule tells whether the send rule ran (Options.SendRule).
 	SendRule bool `json:"send_rule"`
-	// PingsSavedBySendRule is how many pings due at the ping interval the send rule did not send
-	// (writes saved); SendRuleSavedPct is their share of the pings due (sent + saved), percent.
+	// PingsSavedBySendRule is how many pings due at the ping interval the send rule held back
+	// (writes saved); SendRuleSavedPct is their share of the pings the drivers would otherwise have
+	// sent, 100 × saved / (PingsSent + saved), percent. Both 0 with the rule off.
 	PingsSavedBySendRule int64   `json:"pings_saved_by_send_rule"`
 	SendRuleSavedPct     float64 `json:"send_rule_saved_pct"`
 	// GPSRejected is how many pings the platform answered with rejected = gps_jump.
@@ -551,10 +555,13 @@ func (s *Summary) WriteTable(w io.Writer) {
 	if len(s.RideStatusCounts) > 0 {
 		row("final ride status", "%v", s.RideStatusCounts)
 	}
-	row("pings", "%d in %d calls, %.0f /s wall (skipped %d)", s.PingsTotal, s.PingRequests, s.PingsPerS, s.PingsSkipped)
+	row("pings", "%d sent, %d answered in %d calls, %.0f /s wall (skipped %d)", s.PingsSent, s.PingsTotal, s.PingRequests, s.PingsPerS, s.PingsSkipped)
 	row("pings rejected", "gps_jump %d, stale %d", s.GPSRejected, s.StaleRejected)
 	if s.SendRule {
-		row("send rule", "%d writes saved (%.1f %% of the pings due: 50 m or 15 s when stationary or carrying)", s.PingsSavedBySendRule, s.SendRuleSavedPct)
+		row("send rule", "on: %d writes saved (%.1f %% of %d sent + saved; 50 m or 15 s when stationary or carrying)",
+			s.PingsSavedBySendRule, s.SendRuleSavedPct, s.PingsSent+s.PingsSavedBySendRule)
+	} else {
+		row("send rule", "off: every driver pings every %g s", s.PingIntervalS)
 	}
 	if len(s.HTTPErrors) > 0 {
 		row("http errors", "%v", s.HTTPErrors)

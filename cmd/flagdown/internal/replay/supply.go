@@ -60,6 +60,7 @@ func (s *sim) signOff(d *driver) {
 	s.supplyDropped++
 	p := d.position(s.now())
 	ping := Ping{DriverID: d.id, Lat: p.Lat, Lng: p.Lng, TS: time.Now().UTC().Format(time.RFC3339Nano), Status: "offline"}
+	s.pingsSent.Add(1)
 	s.submit(func(ctx context.Context) {
 		_, err := s.c.locationUpdate(ctx, []Ping{ping}, s.opts.BatchSize > 1)
 		s.pingRequests.Add(1)
