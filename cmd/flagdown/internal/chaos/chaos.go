@@ -88,10 +88,11 @@ var Kinds = []Kind{PlatformKill, PlatformClockOffset, ExpirySourceKill, RedisPub
 	RedisRestartNoSave, RedisRestartSave, RedisSIGSTOP, RelayCrashAfterPublish, EventsDupReorder,
 	RedisFailover, PlatformSIGSTOP, PostgresRestart}
 
-// ParseKinds parses a comma-separated list of kinds ("" or "all": every kind).
+// ParseKinds parses a comma-separated list of kinds; "" or "all" is nil: every kind this machine
+// can inject (Options.Kinds).
 func ParseKinds(v string) ([]Kind, error) {
 	if v == "" || v == "all" {
-		return append([]Kind{}, Kinds...), nil
+		return nil, nil
 	}
 	var out []Kind
 	for _, f := range strings.Split(v, ",") {
@@ -128,7 +129,8 @@ type Options struct {
 	FaultInterval time.Duration
 	// MaxFaults bounds the scheduled faults and, separately, the relay crashes.
 	MaxFaults int
-	// Kinds are the faults injected (each at least once); nil means every kind (Kinds).
+	// Kinds are the faults injected (each at least once); nil means every kind (Kinds), but
+	// PostgresRestart where PostgreSQL's server binaries are not installed (Run says so).
 	Kinds []Kind
 	// HeartbeatTTL is FLAGDOWN_HEARTBEAT_TTL of the platform (wall time); RedisStop how long a
 	// RedisSIGSTOP fault freezes Redis (longer than the TTL, so heartbeats lapse in the outage).
@@ -335,6 +337,16 @@ func (r *run) logf(format string, args ...any) {
 func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.Out == nil {
 		opts.Out = io.Discard
+	}
+	if len(opts.Kinds) == 0 {
+		if err := PostgresAvailable(); err != nil {
+			for _, k := range Kinds {
+				if k != PostgresRestart {
+					opts.Kinds = append(opts.Kinds, k)
+				}
+			}
+			fmt.Fprintf(opts.Out, "chaos: %s not injected: %v\n", PostgresRestart, err)
+		}
 	}
 	if err := opts.validate(); err != nil {
 		return nil, err
