@@ -183,3 +183,116 @@ func TestDispatcherStoppedMidFlightDeadLettersNothing(t *testing.T) {
 		t.Fatalf("second dispatcher's stats = %+v", s)
 	}
 }
+
+// An event held for a target unavailable for longer than the consumer's ack wait is not redelivered
+// by the server meanwhile (the dispatcher tells it the event is in progress): one delivery, one
+// processing, nothing dead-lettered.
+func TestHeldEventOutlastsAckWait(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	f := &flaky{down: true}
+	d := runDispatcher(t, b, []broker.Trigger{{Name: "slow", Types: []string{events.RideRequested}, URL: serve(t, f)}}, 3,
+		broker.WithBackOff(50*time.Millisecond), broker.WithAckWait(time.Second))
+	// Others queued behind it on other subjects are held too.
+	for i := 0; i < 20; i++ {
+		if err := b.Publish(context.Background(), newEvent(t, "evt-a"+strconv.Itoa(i), events.RideRequested, "ride-"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(3500 * time.Millisecond) // three and a half ack waits
+	f.setDown(false)
+	testkit.Eventually(t, 30*time.Second, func() (bool, string) {
+		_, processed := f.counts()
+		return processed >= 20 && idle(t, b, "slow"), "processed " + strconv.Itoa(processed)
+	})
+	c, err := b.JetStream().Consumer(context.Background(), b.Stream(), broker.ConsumerName("slow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Delivered.Consumer != 20 {
+		t.Fatalf("the server made %d deliveries of 20 events, want 20 (none redelivered while held)", info.Delivered.Consumer)
+	}
+	if _, processed := f.counts(); processed != 20 {
+		t.Fatalf("processed %d times, want 20", processed)
+	}
+	if s := d.Stats(); s.Delivered != 20 || s.DeadLettered != 0 || s.Retried != 0 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+// A Retry-After on a 503 (or 429) is honoured: the next attempt waits for it, not for the shorter
+// back-off.
+func TestRetryAfterHonoured(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	var mu sync.Mutex
+	var at []time.Time
+	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		at = append(at, time.Now())
+		if len(at) == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	d := runDispatcher(t, b, []broker.Trigger{{Name: "ra", Types: []string{events.RideRequested}, URL: serve(t, h)}}, 3,
+		broker.WithBackOff(10*time.Millisecond))
+	if err := b.Publish(context.Background(), newEvent(t, "evt-ra", events.RideRequested, "ride-1")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, func() (bool, string) { return d.Stats().Delivered == 1 && idle(t, b, "ra"), "delivered" })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) != 2 {
+		t.Fatalf("%d attempts, want 2", len(at))
+	}
+	if gap := at[1].Sub(at[0]); gap < 950*time.Millisecond {
+		t.Fatalf("retried %s after a Retry-After of 1 s", gap)
+	}
+}
+
+// A function that does not answer within the delivery timeout is away (hung on a dependency, out of
+// workers): the attempt does not spend a delivery, and the event is processed once it answers.
+func TestTimeoutIsUnavailable(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	var mu sync.Mutex
+	calls := 0
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n <= 2 {
+			select { // hang past the client's timeout
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	d, err := broker.NewDispatcher(b, []broker.Trigger{{Name: "hang", Types: []string{events.RideRequested}, URL: serve(t, h)}}, 2,
+		&http.Client{Timeout: 200 * time.Millisecond}, nil, broker.WithBackOff(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Run(t, d.Run)
+	if err := b.Publish(context.Background(), newEvent(t, "evt-h", events.RideRequested, "ride-1")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, func() (bool, string) {
+		s := d.Stats()
+		return (s.Delivered == 1 || s.DeadLettered == 1) && idle(t, b, "hang"), "delivered or dead-lettered"
+	})
+	if s := d.Stats(); s.Delivered != 1 || s.DeadLettered != 0 || s.Retried != 0 || s.Unavailable != 2 {
+		t.Fatalf("stats = %+v, want 2 unavailable attempts then 1 delivery", s)
+	}
+}
