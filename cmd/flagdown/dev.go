@@ -303,7 +303,8 @@ func (p *platform) Close() error {
 	p.wg.Wait()
 	if p.disp != nil {
 		s := p.disp.Stats()
-		p.log.Info("triggers", "delivered", s.Delivered, "retried", s.Retried, "dead_lettered", s.DeadLettered)
+		p.log.Info("triggers", "delivered", s.Delivered, "retried", s.Retried, "unavailable", s.Unavailable,
+			"released", s.Released, "dead_lettered", s.DeadLettered)
 	}
 	if p.broker != nil {
 		p.broker.Close()

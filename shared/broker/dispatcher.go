@@ -286,7 +286,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	d.log.Info("dispatcher running", "triggers", len(runners), "stream", d.b.stream)
 	<-ctx.Done()
 	stopAll()
-	d.log.Info("dispatcher stopped", "delivered", d.delivered.Load(), "retried", d.retried.Load(), "dead_lettered", d.deadLettered.Load())
+	d.log.Info("dispatcher stopped", "delivered", d.delivered.Load(), "retried", d.retried.Load(),
+		"unavailable", d.unavailable.Load(), "released", d.released.Load(), "dead_lettered", d.deadLettered.Load())
 	return nil
 }
 
