@@ -263,14 +263,19 @@ type runner struct {
 }
 
 // Run creates or updates each trigger's durable consumer (filter subjects = the trigger's types,
-// explicit acks, MaxAckPending DefaultMaxAckPending), consumes and delivers events until ctx is done,
-// then stops fetching, finishes the events already received and returns nil. It returns an error if
-// a consumer cannot be set up.
+// explicit acks, MaxAckPending DefaultMaxAckPending, MaxDeliver the budget plus 20), consumes and
+// delivers events until ctx is done, then stops fetching, lets the attempts in progress finish (each
+// bounded by the delivery timeout), hands every other received event back to the broker and returns
+// nil. It returns an error if a consumer cannot be set up.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	// Deliveries in flight when ctx ends run to completion (bounded by the delivery timeout).
 	workCtx := context.WithoutCancel(ctx)
 	var runners []*runner
 	stopAll := func() {
+		// Every trigger hands back what it holds at once; then each drains in turn.
+		for _, r := range runners {
+			r.quitOnce.Do(func() { close(r.quit) })
+		}
 		for _, r := range runners {
 			r.stop()
 		}
