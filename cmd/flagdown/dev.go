@@ -111,11 +111,14 @@ type platform struct {
 	tmpDir   string
 	// secretDir holds the token secret generated for the run (ensureTokenSecret); removed at Close.
 	secretDir string
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	log       *slog.Logger
-	disp      *broker.Dispatcher
-	push      *wsgateway.Gateway
+	// cancel ends the background work (triggers, relay, expiry source, reconcile cron), which bg
+	// waits for; wg waits for the gateway's Serve.
+	cancel context.CancelFunc
+	bg     sync.WaitGroup
+	wg     sync.WaitGroup
+	log    *slog.Logger
+	disp   *broker.Dispatcher
+	push   *wsgateway.Gateway
 }
 
 // startPlatform opens the dependencies, migrates, starts the broker, the gateway on cfg.Addr, the
@@ -207,7 +210,8 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 	for _, t := range events.Triggers {
 		triggers = append(triggers, broker.Trigger{Name: t.Function, Types: t.Types, URL: "http://" + p.Addr() + "/function/" + t.Function})
 	}
-	if p.disp, err = broker.NewDispatcher(p.broker, triggers, cfg.TriggerMaxDeliver, nil, log); err != nil {
+	if p.disp, err = broker.NewDispatcher(p.broker, triggers, cfg.TriggerMaxDeliver, nil, log,
+		broker.WithUnavailableLimit(cfg.TriggerUnavailableLimit)); err != nil {
 		return nil, err
 	}
 	relay := outbox.New(p.deps.DB, p.broker.Publish, outbox.Options{PollInterval: cfg.RelayPollInterval, Log: log, Keys: signer})
@@ -221,9 +225,9 @@ func startPlatformOn(ctx context.Context, cfg *config.Config, natsDir string, na
 	for name, run := range map[string]func(context.Context) error{
 		"triggers": p.disp.Run, "outbox relay": relay.Run, "expiry source": expirySource.Run, "reconcile cron": reconcileCron,
 	} {
-		p.wg.Add(1)
+		p.bg.Add(1)
 		go func() {
-			defer p.wg.Done()
+			defer p.bg.Done()
 			if err := run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
 				log.Error(name+" stopped", "err", err)
 			}
@@ -274,7 +278,9 @@ func ensureInternalKeys(cfg *config.Config, log *slog.Logger) (*internalauth.Sig
 func (p *platform) Addr() string { return p.ln.Addr().String() }
 
 // Close stops the WebSocket gateway (every socket closed, its disconnect integration called), the
-// gateway (draining requests), the triggers and relay, the broker and the pools.
+// triggers, relay, expiry source and cron, then the gateway (draining requests), the broker and the
+// pools. The triggers stop before the gateway: their last attempts reach a gateway that still
+// serves, and what they have not delivered goes back to the broker, never to the dead-letter stream.
 func (p *platform) Close() error {
 	if p.push != nil {
 		_ = p.push.Close()
@@ -282,6 +288,10 @@ func (p *platform) Close() error {
 		p.log.Info("websocket gateway", "accepted", s.Accepted, "refused", s.Refused, "open", s.Open,
 			"closed", s.Closed, "posted", s.MessagesPosted, "received", s.MessagesReceived, "dropped", s.MessagesDropped)
 	}
+	if p.cancel != nil {
+		p.cancel()
+	}
+	p.bg.Wait()
 	if p.srv == nil && p.ln != nil {
 		_ = p.ln.Close()
 	}
@@ -290,13 +300,11 @@ func (p *platform) Close() error {
 		_ = p.srv.Shutdown(ctx)
 		cancel()
 	}
-	if p.cancel != nil {
-		p.cancel()
-	}
 	p.wg.Wait()
 	if p.disp != nil {
 		s := p.disp.Stats()
-		p.log.Info("triggers", "delivered", s.Delivered, "retried", s.Retried, "dead_lettered", s.DeadLettered)
+		p.log.Info("triggers", "delivered", s.Delivered, "retried", s.Retried, "unavailable", s.Unavailable,
+			"released", s.Released, "dead_lettered", s.DeadLettered)
 	}
 	if p.broker != nil {
 		p.broker.Close()

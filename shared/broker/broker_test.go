@@ -216,7 +216,7 @@ func TestDuplicatePublishDeliveredOnce(t *testing.T) {
 func TestRetriesServerErrorsThenAcks(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
-	rec := &recorder{plan: []int{503, 503, 200}}
+	rec := &recorder{plan: []int{500, 500, 200}}
 	d := runDispatcher(t, b, []broker.Trigger{{Name: "match", Types: []string{events.RideRequested}, URL: serve(t, rec)}}, 5)
 
 	if err := b.Publish(context.Background(), newEvent(t, "evt-r", events.RideRequested, "ride-1")); err != nil {
@@ -277,7 +277,7 @@ func TestClientErrorDeadLettersAtOnce(t *testing.T) {
 func TestMaxDeliverExhaustionDeadLetters(t *testing.T) {
 	t.Parallel()
 	b := newBroker(t)
-	rec := &recorder{plan: []int{500, 429, 500, 500, 500, 500}}
+	rec := &recorder{plan: []int{500, 408, 500, 500, 500, 500}}
 	d := runDispatcher(t, b, []broker.Trigger{{Name: "match", Types: []string{events.RideRequested}, URL: serve(t, rec)}}, 3,
 		broker.WithBackOff(20*time.Millisecond, 50*time.Millisecond))
 
@@ -301,21 +301,41 @@ func TestMaxDeliverExhaustionDeadLetters(t *testing.T) {
 	}
 }
 
-func TestNetworkErrorRetriesThenDeadLetters(t *testing.T) {
+// A target that stays unavailable (nothing listens, or it answers 503) is retried in place, without
+// spending a delivery, until the unavailable limit; then the event is dead-lettered, naming it.
+func TestUnavailableTargetDeadLettersAfterLimit(t *testing.T) {
 	t.Parallel()
-	b := newBroker(t)
-	srv := httptest.NewServer(http.NotFoundHandler())
-	url := srv.URL
-	srv.Close() // nothing listens there any more
-	d := runDispatcher(t, b, []broker.Trigger{{Name: "gone", Types: []string{events.RideRequested}, URL: url}}, 2,
-		broker.WithBackOff(10*time.Millisecond))
-	if err := b.Publish(context.Background(), newEvent(t, "evt-n", events.RideRequested, "ride-1")); err != nil {
-		t.Fatal(err)
-	}
-	testkit.Eventually(t, 20*time.Second, func() (bool, string) { return d.Stats().DeadLettered == 1 && idle(t, b, "gone"), "dead-letter" })
-	h := dlqMessages(t, b)[0].Header
-	if h.Get(broker.HeaderLastStatus) != "0" || h.Get(broker.HeaderDeliveries) != "2" {
-		t.Fatalf("DLQ headers: %v", h)
+	gone := httptest.NewServer(http.NotFoundHandler())
+	refused := gone.URL
+	gone.Close() // nothing listens there any more
+	for _, tc := range []struct {
+		name, url, status string
+	}{
+		{"refused", refused, "0"},
+		{"503", serve(t, &flaky{down: true}), "503"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBroker(t)
+			d := runDispatcher(t, b, []broker.Trigger{{Name: "gone", Types: []string{events.RideRequested}, URL: tc.url}}, 2,
+				broker.WithBackOff(10*time.Millisecond, 50*time.Millisecond), broker.WithUnavailableLimit(500*time.Millisecond))
+			start := time.Now()
+			if err := b.Publish(context.Background(), newEvent(t, "evt-n", events.RideRequested, "ride-1")); err != nil {
+				t.Fatal(err)
+			}
+			testkit.Eventually(t, 20*time.Second, func() (bool, string) { return d.Stats().DeadLettered == 1 && idle(t, b, "gone"), "dead-letter" })
+			if took := time.Since(start); took < 500*time.Millisecond {
+				t.Fatalf("dead-lettered after %s, before the 500 ms limit", took)
+			}
+			h := dlqMessages(t, b)[0].Header
+			if h.Get(broker.HeaderLastStatus) != tc.status || h.Get(broker.HeaderDeliveries) != "1" ||
+				!strings.Contains(h.Get(broker.HeaderReason), "unavailable for") {
+				t.Fatalf("DLQ headers: %v", h)
+			}
+			if s := d.Stats(); s.Unavailable < 3 || s.Retried != 0 || s.Delivered != 0 {
+				t.Fatalf("stats = %+v, want several unavailable attempts and no counted retry", s)
+			}
+		})
 	}
 }
 

@@ -240,8 +240,14 @@ type Config struct {
 	LogFormat string `env:"FLAGDOWN_LOG_FORMAT" envDefault:"json"`
 	// LogLevel is the least severe level logged: debug, info, warn or error (slog.Level's names).
 	LogLevel slog.Level `env:"FLAGDOWN_LOG_LEVEL" envDefault:"info"`
-	// TriggerMaxDeliver is how many times a trigger delivers an event before dead-lettering it.
+	// TriggerMaxDeliver is how many deliveries of an event a trigger makes before dead-lettering it
+	// when its function fails on it (500, 408, a connection broken mid-request). Attempts the function
+	// answers unavailable do not count (TriggerUnavailableLimit bounds them).
 	TriggerMaxDeliver int `env:"FLAGDOWN_TRIGGER_MAX_DELIVER" envDefault:"5"`
+	// TriggerUnavailableLimit is how long one delivery of an event keeps retrying a function that
+	// answers unavailable (429, 502, 503, 504, connection refused, timeout) before the event is
+	// dead-lettered (broker.WithUnavailableLimit; 15 minutes).
+	TriggerUnavailableLimit time.Duration `env:"FLAGDOWN_TRIGGER_UNAVAILABLE_LIMIT" envDefault:"15m"`
 	// RelayPollInterval is the outbox relay's longest wait between two looks for unpublished rows
 	// (outbox.Options.PollInterval, 50 ms): the bound, beyond a look and a round, from a commit in
 	// another process to its publication.
@@ -467,6 +473,7 @@ func (c *Config) Validate() error {
 		{!(c.SurgeMaxStep > 0) || math.IsInf(c.SurgeMaxStep, 0), "FLAGDOWN_SURGE_MAX_STEP must be a number > 0"},
 		{!(c.SimSpeedup > 0) || math.IsInf(c.SimSpeedup, 0), "FLAGDOWN_SIM_SPEEDUP must be a number > 0"},
 		{!(c.SurgeEmergencyCap >= 1) || math.IsInf(c.SurgeEmergencyCap, 0), "FLAGDOWN_SURGE_EMERGENCY_CAP must be a number >= 1.0"},
+		{c.TriggerUnavailableLimit < time.Second, "FLAGDOWN_TRIGGER_UNAVAILABLE_LIMIT must be at least 1s"},
 	} {
 		if r.bad {
 			return fmt.Errorf("config: %s", r.rule)

@@ -88,10 +88,23 @@ var (
 		Name: "flagdown_trigger_deliveries_total",
 		Help: "Events delivered (answered 2xx) by trigger.",
 	}, []string{"trigger"})
-	// TriggerRetries counts failed delivery attempts scheduled again, per trigger.
+	// TriggerRetries counts failed delivery attempts scheduled again, each spending one of the
+	// event's FLAGDOWN_TRIGGER_MAX_DELIVER attempts, per trigger.
 	TriggerRetries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "flagdown_trigger_retries_total",
-		Help: "Failed delivery attempts (5xx, 408, 429, network error) scheduled again, by trigger.",
+		Help: "Failed delivery attempts (500 and other 5xx but 502/503/504, 408, broken connection) scheduled again, by trigger.",
+	}, []string{"trigger"})
+	// TriggerUnavailable counts delivery attempts a trigger's target answered unavailable (429, 502,
+	// 503, 504, no connection, timeout), retried in place without spending an attempt, per trigger.
+	TriggerUnavailable = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flagdown_trigger_unavailable_total",
+		Help: "Delivery attempts the target answered unavailable (429, 502, 503, 504, no connection, timeout), retried without spending an attempt, by trigger.",
+	}, []string{"trigger"})
+	// TriggerReleased counts events handed back to the broker undelivered because the dispatcher
+	// stopped, per trigger.
+	TriggerReleased = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flagdown_trigger_released_total",
+		Help: "Events handed back to the broker undelivered because the dispatcher stopped, by trigger.",
 	}, []string{"trigger"})
 	// TriggerDeadLetters counts events moved to the dead-letter stream, per trigger.
 	TriggerDeadLetters = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -206,6 +219,8 @@ var Families = []string{
 	"flagdown_outbox_published_total",
 	"flagdown_trigger_deliveries_total",
 	"flagdown_trigger_retries_total",
+	"flagdown_trigger_unavailable_total",
+	"flagdown_trigger_released_total",
 	"flagdown_trigger_dead_letters_total",
 	"flagdown_reconcile_repairs_total",
 	"flagdown_ride_timeouts_total",
@@ -227,7 +242,7 @@ var Families = []string{
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		HTTPRequests, HTTPDuration, MatchOutcomes, MatchDuration, MatchModeDecisions, OfferResponses, TimerLateness,
-		OutboxPublished, TriggerDeliveries, TriggerRetries, TriggerDeadLetters, ReconcileRepairs,
+		OutboxPublished, TriggerDeliveries, TriggerRetries, TriggerUnavailable, TriggerReleased, TriggerDeadLetters, ReconcileRepairs,
 		RideTimeouts, OfflineBrakeEngaged, Pings, HailPresses, SurgeMultiplier, PushMessages, PushPositionsShed, EventsRefused,
 		RedisDegraded, RedisGenerations, RedisBreakerOpened,
 	}

@@ -31,6 +31,8 @@ func touchAll() {
 	metrics.TimerLateness.WithLabelValues("lint")
 	metrics.TriggerDeliveries.WithLabelValues("lint")
 	metrics.TriggerRetries.WithLabelValues("lint")
+	metrics.TriggerUnavailable.WithLabelValues("lint")
+	metrics.TriggerReleased.WithLabelValues("lint")
 	metrics.TriggerDeadLetters.WithLabelValues("lint")
 	metrics.ReconcileRepairs.WithLabelValues("lint")
 	metrics.RideTimeouts.WithLabelValues("lint")
