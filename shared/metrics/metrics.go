@@ -232,6 +232,7 @@ var Families = []string{
 	"flagdown_push_positions_shed_total",
 	"flagdown_events_refused_total",
 	"flagdown_redis_degraded_total",
+	"flagdown_redis_breaker_opened_total",
 	"flagdown_redis_generations_total",
 	"flagdown_available_drivers",
 	"flagdown_open_rides",
