@@ -96,6 +96,10 @@ type truthInput struct {
 	// judgedAt is when the platform's decisions were read: a driver whose deadline is later is not
 	// judged.
 	judgedAt time.Time
+	// fleetSilent is when the replay stopped sending pings (wall; zero: not yet), pingGap the
+	// longest a pinging driver goes between two sent pings (wall).
+	fleetSilent time.Time
+	pingGap     time.Duration
 }
 
 // GroundTruth is the verdict of the replay's ground truth (Summary.GroundTruth).
