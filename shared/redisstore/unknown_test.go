@@ -90,3 +90,33 @@ func TestRideEndWithoutHeartbeatIsNotOffline(t *testing.T) {
 		t.Errorf("status of a driver taken offline whose ride was re-opened = %q, want offline", st)
 	}
 }
+
+// TestPingsWithoutStateStayUnknown: a driver on a ride names no status in his pings (his status is
+// the ride's), so after Redis restarted empty every ping of his is status-less: each is answered
+// unknown until Redis learns his state (reconcile re-creates his assignment, or he names a status),
+// never offline: the first ping must not record the offline it did not observe.
+func TestPingsWithoutStateStayUnknown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	at := time.Now()
+	for i := range 3 {
+		res, err := s.ApplyPings(ctx, []redisstore.Ping{{DriverID: "d-1", Position: midtown, At: at.Add(time.Duration(i) * time.Second)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res[0].Status != "unknown" {
+			t.Fatalf("status-less ping %d without state answered %q; want unknown (nothing said he went offline)", i+1, res[0].Status)
+		}
+	}
+	if inGeo(t, s, "d-1") {
+		t.Errorf("a driver of unknown status is in the available set")
+	}
+	// Reconcile re-creates his assignment: his next ping answers his on-ride status.
+	assign(t, s, dispatch.Assignment{DriverID: "d-1", Epoch: 1, RideID: "ride-1", RideStatus: dispatch.RideInProgress, RideVersion: 3},
+		redisstore.AssignApplied)
+	res, err := s.ApplyPings(ctx, []redisstore.Ping{{DriverID: "d-1", Position: midtown, At: at.Add(4 * time.Second)}})
+	if err != nil || res[0].Status != dispatch.DriverBusy {
+		t.Errorf("status-less ping after the assignment was re-created = %q, %v; want busy", res[0].Status, err)
+	}
+}
