@@ -142,3 +142,49 @@ func TestASmallFleetLapsingTogetherIsTakenOffline(t *testing.T) {
 		t.Errorf("presence in a fleet of 5 = %+v, want lapsed", p)
 	}
 }
+
+// Heartbeats whose deadline fell inside a Redis outage are unknown (lapse.lua defers them a TTL
+// after Redis came back), not a mass lapse: the brake does not count them, and it does not engage
+// when Redis answers again after a stop longer than the TTL. Had it engaged, its release would hold
+// every driver who really stopped after the outage a further TTL.
+func TestAnOutageIsNotAMassLapse(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	markLongHealthy(t, s)
+	ids := fleet(t, s, "d", 30)
+	// Redis was stopped 40 s (longer than the 30 s TTL): 20 of the 30 heartbeats lapsed inside the
+	// stop, the others' deadlines are still ahead; the sweeper's previous mark is 40 s old.
+	now := redisNow(t, s)
+	for i, id := range ids[:20] {
+		lapseAt(t, s, id, now.Add(-5*time.Second-time.Duration(i)*100*time.Millisecond))
+	}
+	if err := s.Client().HSet(ctx, s.Prefix()+"health", "seen", now.Add(-40*time.Second).UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h := markHealthy(t, s, redisstore.HealthGap)
+	if h.Brake || braked(t, s) {
+		t.Errorf("the first mark after a 40 s stop engaged the brake (lapsing %d of %d): deadlines inside the outage "+
+			"are unknown, not a mass lapse", h.Lapsing, h.Population)
+	}
+	if h.Lapsing != 0 {
+		t.Errorf("lapsing after the stop = %d of %d, want 0 (the 20 deadlines inside the outage are unknown)", h.Lapsing, h.Population)
+	}
+	if p := presence(t, s, ids[0]); p.State != redisstore.PresenceUnknown || p.Reason != "outage" {
+		t.Errorf("presence of a driver whose deadline fell inside the stop = %+v, want unknown (outage)", p)
+	}
+	// All but ids[0] ping again; ids[0] really stopped during the stop. He is offline a TTL after
+	// Redis came back, never held longer by a brake.
+	for _, id := range ids[1:20] {
+		ping(t, s, id, midtown, time.Now(), dispatch.DriverAvailable)
+	}
+	if h := markHealthy(t, s, redisstore.HealthSteady); h.Brake {
+		t.Errorf("the brake engaged after the drivers pinged again (lapsing %d of %d)", h.Lapsing, h.Population)
+	}
+	if err := s.Client().HSet(ctx, s.Prefix()+"health", "since", redisNow(t, s).Add(-s.HeartbeatTTL-time.Second).UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if p := presence(t, s, ids[0]); p.State != redisstore.PresenceLapsed {
+		t.Errorf("presence of the driver who stopped, a TTL after Redis came back = %+v, want lapsed", p)
+	}
+}

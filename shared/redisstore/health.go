@@ -43,7 +43,8 @@ type Health struct {
 	// BrakeChange is BrakeEngaged or BrakeReleased when this mark changed the brake, else "".
 	BrakeChange string
 	// Population is the number of drivers the brake judged: those whose heartbeat deadline is less
-	// than a heartbeat TTL ago or ahead (while the brake holds, a TTL before it engaged).
+	// than a heartbeat TTL ago or ahead (while the brake holds, a TTL before it engaged), and not
+	// before Since (a deadline inside an outage is unknown).
 	Population int64
 	// Lapsing is how many of them lapsed or have been silent for more than half a TTL.
 	Lapsing int64

@@ -43,8 +43,9 @@
 -- ride_status (offline with resume set while his heartbeat is gone), member of the on-ride set;
 -- the ride's live position is handed to him if the ride version is newer than the position's
 -- (starting at his last position, or none when Redis has none, never the previous driver's). Free:
--- ride cleared, available since now (offline while his heartbeat is gone), optionally moved to
--- lat/lng. Either way GEO set membership then follows the available-set rule (available.lua). The
+-- ride cleared, available since now (an offline driver whose heartbeat is gone stays offline; a
+-- heartbeat gone is never read as offline: only lapse.lua decides that), optionally moved to
+-- lat/lng; a hash without a status gets none (his ping answers unknown). Either way GEO set membership then follows the available-set rule (available.lua). The
 -- live position of the ride he leaves is tombstoned (driver '') if it was his. A hash without a
 -- heartbeat deadline (re-created by a repair after Redis lost it) gets hbdl = now + TTL: he has a
 -- full TTL to ping before a lapse can be decided (lapse.lua).
@@ -117,9 +118,9 @@ if ride ~= '' then
 else
   redis.call('SREM', onride_key, driver_id)
   redis.call('HDEL', driver_key, 'resume')
-  if not alive then
-    redis.call('HSET', driver_key, 'status', 'offline')
-  elseif old ~= '' or st == 'navigating' or st == 'busy' then
+  -- A missing heartbeat is no decision (lapse.lua takes those): only a driver already offline
+  -- (a decision took him offline, or he asked) stays offline.
+  if (old ~= '' or st == 'navigating' or st == 'busy') and not (st == 'offline' and not alive) then
     redis.call('HSET', driver_key, 'status', 'available', 'since', now)
   end
   if lat_arg ~= '' then redis.call('HSET', driver_key, 'lat', lat_arg, 'lng', lng_arg) end

@@ -87,7 +87,9 @@ local pings_per_min = tonumber(ARGV[15])
 local cur = redis.call('HMGET', driver_key, 'ts', 'lat', 'lng', 'status', 'ride', 'resume', 'hailhold', 'rl')
 -- No state (Redis restarted empty, or the hash expired) and no status asked: nothing says whether he
 -- is online. He is kept as offline (offered nothing) and answered 'unknown', never 'offline', so his
--- app says its status with the next ping.
+-- app says its status with the next ping; no status is written, so every status-less ping is
+-- answered 'unknown' until his state is known (a driver on a ride names none), and he stays in the
+-- heartbeat index (he is pinging: he did not set himself offline).
 local unknown = cur[4] == false and asked_status == ''
 local status = cur[4] or 'offline'
 local ride = cur[5] or ''
@@ -108,7 +110,7 @@ table.insert(fields, 'hbdl'); table.insert(fields, hb_deadline)
 local ts = tonumber(ts_arg)
 local last_ts = tonumber(cur[1])
 if last_ts and ts <= last_ts then
-  if status == 'offline' then redis.call('ZREM', hbidx_key, driver_id) else redis.call('ZADD', hbidx_key, hb_deadline, driver_id) end
+  if status == 'offline' and not unknown then redis.call('ZREM', hbidx_key, driver_id) else redis.call('ZADD', hbidx_key, hb_deadline, driver_id) end
   redis.call('HSET', driver_key, unpack(fields))
   redis.call('PEXPIRE', driver_key, state_ttl_ms)
   return {0, 'stale', status, offer or '', '', 0}
@@ -124,7 +126,9 @@ if ride == '' and asked_status ~= '' then status = asked_status end
 if ride ~= '' and (status == 'available' or status == 'offline' or status == 'paused') then
   status = cur[6] or 'navigating'
 end
-table.insert(fields, 'status'); table.insert(fields, status)
+-- An unknown status stays unknown (no status field): offline was not observed, so the next
+-- status-less ping is answered unknown too.
+if not unknown or ride ~= '' then table.insert(fields, 'status'); table.insert(fields, status) end
 table.insert(fields, 'seen'); table.insert(fields, ts_arg)
 local glat, glng = cur[2], cur[3]
 if applied == 1 then
@@ -139,7 +143,7 @@ if status == 'available' and prev ~= 'available' then
   table.insert(fields, 'since'); table.insert(fields, now)
 end
 redis.call('HSET', driver_key, unpack(fields))
-if status == 'offline' then redis.call('ZREM', hbidx_key, driver_id) else redis.call('ZADD', hbidx_key, hb_deadline, driver_id) end
+if status == 'offline' and not unknown then redis.call('ZREM', hbidx_key, driver_id) else redis.call('ZADD', hbidx_key, hb_deadline, driver_id) end
 redis.call('PEXPIRE', driver_key, state_ttl_ms)
 
 local offered = offer ~= false and offer ~= nil

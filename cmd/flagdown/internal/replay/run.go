@@ -179,6 +179,7 @@ loop:
 	}
 	tick.Stop()
 	pingWall := time.Since(wallStart)
+	s.pingsEnded = time.Now()
 	s.closed = true
 	close(s.jobs)
 	wg.Wait()

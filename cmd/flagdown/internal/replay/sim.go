@@ -52,9 +52,11 @@ type sim struct {
 	opts   Options
 	c      *client
 	origin time.Time // wall time of simulated offset 0 (the first pickup)
-	trips  []Trip
-	t0     time.Time // first pickup (real)
-	starts StartPool // where the drivers' start positions were drawn from
+	// pingsEnded is when the replay stopped sending pings (wall; zero while it sends them).
+	pingsEnded time.Time
+	trips      []Trip
+	t0         time.Time // first pickup (real)
+	starts     StartPool // where the drivers' start positions were drawn from
 
 	drivers []*driver
 	rides   map[string]*ride

@@ -26,7 +26,9 @@ import (
 //     saying offline although he did not ask for it) while he was still pinging;
 //   - missed offline: a driver who really stopped and was not taken offline by his deadline: his last
 //     answered ping + heartbeat TTL + OfflineGrace, or, when an outage overlaps that span, the end
-//     of the outage + 2 × TTL;
+//     of the outage + 2 × TTL; the replay's own end, when every driver falls silent at once, is an
+//     outage without end from the moment the offline brake may take it for a mass lapse
+//     (truthInput.silentOutage);
 //   - false reopen: a ride re-opened without cause (reason driver_offline while its driver was
 //     pinging, or any other reason: the replay's drivers never cancel);
 //   - false trip alert: ride.driver.offline for a ride whose driver was pinging;
@@ -97,6 +99,24 @@ type truthInput struct {
 	// judgedAt is when the platform's decisions were read: a driver whose deadline is later is not
 	// judged.
 	judgedAt time.Time
+	// fleetSilent is when the replay stopped sending pings (wall; zero: not yet), pingGap the
+	// longest a pinging driver goes between two sent pings (wall). From fleetSilent + ttl/2 -
+	// pingGap on, every driver who was pinging may have been silent for half a TTL: the offline
+	// brake may engage on the replay's own end (silentOutage).
+	fleetSilent time.Time
+	pingGap     time.Duration
+}
+
+// silentOutage is the outage the replay's end makes of itself: when it stops, every driver falls
+// silent at once, a mass lapse to the platform (the offline brake, docs/resilience.md), which holds
+// every offline decision from the moment the drivers who were pinging may have been silent for half
+// a TTL, and never lets go (they never ping again). A stopped driver whose deadline falls after
+// that is not judged; ok is false while the replay still pings.
+func (in truthInput) silentOutage() (Outage, bool) {
+	if in.fleetSilent.IsZero() {
+		return Outage{}, false
+	}
+	return Outage{What: "replay_end", From: in.fleetSilent.Add(in.ttl/2 - in.pingGap)}, true
 }
 
 // GroundTruth is the verdict of the replay's ground truth (Summary.GroundTruth).
@@ -251,13 +271,18 @@ func judge(in truthInput) GroundTruth {
 		}
 	}
 	g.FalseOfflineDrivers = len(falseOffline)
+	outages := in.outages
+	if o, ok := in.silentOutage(); ok {
+		outages = append(append([]Outage{}, outages...), o)
+		g.Outages = append(append([]Outage{}, g.Outages...), o)
+	}
 	var lat []float64
 	for _, d := range in.drivers {
 		if d.stopped.IsZero() || d.signedOff {
 			continue
 		}
 		g.DriversStopped++
-		dl, ok := deadline(d, in.outages, in.ttl, in.grace)
+		dl, ok := deadline(d, outages, in.ttl, in.grace)
 		if !ok || dl.After(in.judgedAt) {
 			continue
 		}
@@ -432,9 +457,15 @@ func (s *sim) groundTruthInto(ctx context.Context, sum *Summary) error {
 }
 
 // truthInput is the replay's side of the ground truth: its drivers, its acks, the outages it was
-// told of, and the offline statuses its ping answers showed.
+// told of, the offline statuses its ping answers showed, and when its pings ended.
 func (s *sim) truthInput() truthInput {
-	in := truthInput{ttl: s.opts.HeartbeatTTL, grace: s.opts.OfflineGrace, acks: s.acks, answers: s.c.answers.list()}
+	in := truthInput{ttl: s.opts.HeartbeatTTL, grace: s.opts.OfflineGrace, acks: s.acks, answers: s.c.answers.list(),
+		fleetSilent: s.pingsEnded}
+	gap := s.opts.PingInterval
+	if s.opts.SendRule {
+		gap = max(gap, SendRuleMaxQuiet)
+	}
+	in.pingGap = time.Duration(float64(gap) / s.opts.Speedup)
 	if s.opts.Outages != nil {
 		in.outages = s.opts.Outages()
 	}

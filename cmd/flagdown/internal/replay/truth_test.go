@@ -94,3 +94,28 @@ func TestDeadline(t *testing.T) {
 		t.Error("an outage not over yet gave a deadline")
 	}
 }
+
+// TestJudgeFleetSilentAtTheEnd: when the replay ends, every driver stops pinging at once, which is,
+// for the platform, a mass lapse like a lost gateway: the offline brake may engage once the drivers
+// who were pinging have been silent for half a TTL (the longest gap between two of a driver's pings
+// before it). A driver whose deadline falls after that is not judged (the run itself holds him);
+// one whose deadline falls before it is.
+func TestJudgeFleetSilentAtTheEnd(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	// TTL 10 s, pings at most 1 s apart, the replay's pings end at 280: the brake may engage from
+	// 280 + 5 - 1 = 284 on.
+	in := truthInput{
+		ttl: 10 * time.Second, grace: 2 * time.Second, judgedAt: at(300), fleetSilent: at(280), pingGap: time.Second,
+		drivers: []driverTruth{
+			{id: "before", stopped: at(265), lastPingOK: at(265)}, // deadline 277: judged
+			{id: "held", stopped: at(275), lastPingOK: at(275)},   // deadline 287: the run's own brake holds him
+		},
+		presence: map[string]string{"before": "available", "held": "available"},
+	}
+	g := judge(in)
+	if g.MissedOfflineDrivers != 1 || g.OfflineJudged != 1 {
+		t.Errorf("missed %d of %d judged (examples %v), want 1 of 1: only the driver whose deadline came before the "+
+			"fleet's silence could engage the brake", g.MissedOfflineDrivers, g.OfflineJudged, g.Examples)
+	}
+}
