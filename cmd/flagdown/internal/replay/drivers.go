@@ -346,7 +346,7 @@ func (s *sim) decide(d *driver, o Offer, accept bool) {
 	if riderUp {
 		riderDowns = riderSock.downs.Load()
 	}
-	s.untilAnswered("accept", func(ctx context.Context) error { return s.c.accept(ctx, o.RideID, d.id) }, func(err error) {
+	s.untilAnswered("accept", o.RideID, func(ctx context.Context) error { return s.c.accept(ctx, o.RideID, d.id) }, func(err error) {
 		if err != nil {
 			d.state = stIdle
 			if ae, ok := isConflict(err); ok {
@@ -400,7 +400,7 @@ func (s *sim) drive(d *driver, t time.Duration, dest LatLng, arrived func()) {
 // transition posts start or complete for d's ride until it gets a final answer (untilAnswered).
 func (s *sim) transition(d *driver, action string) {
 	rideID := d.rideID
-	s.untilAnswered(action, func(ctx context.Context) error { return s.c.rideAction(ctx, rideID, action, d.id) }, func(err error) {
+	s.untilAnswered(action, rideID, func(ctx context.Context) error { return s.c.rideAction(ctx, rideID, action, d.id) }, func(err error) {
 		if err != nil {
 			if _, ok := isConflict(err); ok {
 				s.transitionConf++
@@ -427,20 +427,29 @@ const (
 	retryMax   = 4 * time.Second
 )
 
-// untilAnswered sends call (a driver action: accept, start, complete) until it gets a final answer
-// (2xx, or a 4xx other than 429) and then runs done with its error on the scheduler goroutine. A
-// transport error, a 429 or a 5xx is counted (noteErr) and retried after a back-off (retryFirst
-// doubling to retryMax, wall time): an accept whose answer was lost is answered by the retry (the
-// platform's accept, start and complete are idempotent for the same driver). Calls still unanswered
-// when the replay ends count as Summary.ActionsUnanswered.
-func (s *sim) untilAnswered(name string, call func(context.Context) error, done func(error)) {
+// untilAnswered sends call (a driver action on rideID: accept, start, complete) until it gets a
+// final answer (2xx, or a 4xx other than 429) and then runs done with its error on the scheduler
+// goroutine. A transport error, a 429 or a 5xx is counted (noteErr) and retried after a back-off
+// (retryFirst doubling to retryMax, wall time): an accept whose answer was lost is answered by the
+// retry (the platform's accept, start and complete are idempotent for the same driver). Calls
+// still without a final answer when the replay ends count as Summary.ActionsUnanswered, done is
+// not run for them, and their rides are among Summary.RidesInHand: the platform may have acted on
+// one, and the driver's app would have kept asking.
+func (s *sim) untilAnswered(name, rideID string, call func(context.Context) error, done func(error)) {
 	s.actionsPending++
+	if s.pendingRides == nil {
+		s.pendingRides = map[string]int{}
+	}
+	s.pendingRides[rideID]++
 	var attempt func(n int)
 	attempt = func(n int) {
 		s.submit(func(ctx context.Context) {
 			err := call(ctx)
 			s.post(func() {
-				if err != nil && finalRetryable(err) && s.ctx.Err() == nil && !s.closed {
+				if err != nil && finalRetryable(err) {
+					if s.ctx.Err() != nil || s.closed {
+						return // no final answer before the end: still pending
+					}
 					s.noteErr(name, err)
 					s.actionRetries++
 					wait := min(retryFirst<<min(n, 8), retryMax)
@@ -448,6 +457,9 @@ func (s *sim) untilAnswered(name string, call func(context.Context) error, done 
 					return
 				}
 				s.actionsPending--
+				if s.pendingRides[rideID]--; s.pendingRides[rideID] == 0 {
+					delete(s.pendingRides, rideID)
+				}
 				done(err)
 			})
 		})

@@ -206,6 +206,9 @@ loop:
 			sum.RidesInHand = append(sum.RidesInHand, d.rideID)
 		}
 	}
+	for id := range s.pendingRides {
+		sum.RidesInHand = append(sum.RidesInHand, id)
+	}
 	var truthErr error
 	if !interrupted && opts.GroundTruth {
 		if truthErr = s.groundTruthInto(ctx, sum); ctx.Err() != nil {

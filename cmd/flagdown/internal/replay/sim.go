@@ -109,7 +109,9 @@ type sim struct {
 	// sent and not finally answered yet; actionRetries the attempts untilAnswered repeated.
 	acks           []ack
 	actionsPending int
-	actionRetries  int
+	// pendingRides counts, per ride, the actions on it without a final answer yet.
+	pendingRides  map[string]int
+	actionRetries int
 }
 
 // maxExamples caps each list of example errors the summary keeps.
