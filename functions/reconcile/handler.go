@@ -81,7 +81,9 @@ type Report struct {
 	AssignmentsRepaired  int `json:"assignments_repaired"`
 	ActiveDriversOffline int `json:"active_drivers_offline"`
 	RidesRetried         int `json:"rides_retried"`
-	OutboxUnpublished    int `json:"outbox_unpublished"`
+	// OfferLocksReleased counts offer locks released because PostgreSQL holds their offer decided.
+	OfferLocksReleased int `json:"offer_locks_released"`
+	OutboxUnpublished  int `json:"outbox_unpublished"`
 	// PickupsOverdue and TripsOverdue count the ride deadlines acted on (not repairs).
 	PickupsOverdue int `json:"pickups_overdue"`
 	TripsOverdue   int `json:"trips_overdue"`
