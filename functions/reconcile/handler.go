@@ -13,6 +13,8 @@
 //	active_drivers_offline  drivers on a ride whose heartbeat expired more than the grace ago → offline
 //	                        handling (ride re-opened or alert)
 //	rides_retried           REQUESTED rides with no live offer, no retry timer, untouched for the grace → matched again
+//	offer_locks_released    offer locks whose offer PostgreSQL holds decided for more than the grace (the
+//	                        answer's Redis effects were lost) → released, compare-and-delete on the offer id
 //	outbox_unpublished      outbox rows older than the grace still unpublished → relays woken
 //
 // and it acts on the deadlines of rides, which are PostgreSQL's (no timer to lose), counted apart
@@ -100,6 +102,7 @@ func observeRepairs(rep *Report) {
 		"offers_expired": rep.OffersExpired, "drivers_offline": rep.DriversOffline,
 		"assignments_repaired": rep.AssignmentsRepaired, "active_drivers_offline": rep.ActiveDriversOffline,
 		"rides_retried": rep.RidesRetried, "outbox_unpublished": rep.OutboxUnpublished,
+		"offer_locks_released": rep.OfferLocksReleased,
 	} {
 		metrics.ReconcileRepairs.WithLabelValues(kind).Add(float64(n))
 	}
@@ -107,7 +110,8 @@ func observeRepairs(rep *Report) {
 
 // Total is the number of repairs (pruning is not a repair).
 func (r Report) Total() int {
-	return r.OffersExpired + r.DriversOffline + r.AssignmentsRepaired + r.ActiveDriversOffline + r.RidesRetried + r.OutboxUnpublished
+	return r.OffersExpired + r.DriversOffline + r.AssignmentsRepaired + r.ActiveDriversOffline + r.RidesRetried +
+		r.OutboxUnpublished + r.OfferLocksReleased
 }
 
 // ServeHTTP checks the caller, then runs one reconcile pass and answers its Report. Callers: the
@@ -159,7 +163,7 @@ func (f *Function) Run(ctx context.Context) (Report, error) {
 	var rep Report
 	steps := []func(context.Context, *Report) error{
 		f.expireOverdueOffers, f.offlineWithoutHeartbeat, f.repairAssignments, f.activeWithoutHeartbeat,
-		f.retryIdleRides, f.wakeRelays, f.pickupsOverdue, f.tripsOverdue, f.prune,
+		f.retryIdleRides, f.releaseDecidedOfferLocks, f.wakeRelays, f.pickupsOverdue, f.tripsOverdue, f.prune,
 	}
 	defer observeRepairs(&rep) // a failed run's repairs happened too
 	for _, step := range steps {
@@ -170,7 +174,7 @@ func (f *Function) Run(ctx context.Context) (Report, error) {
 	if rep.Total() > 0 {
 		f.d.Log.Warn("reconcile repaired state", "offers_expired", rep.OffersExpired, "drivers_offline", rep.DriversOffline,
 			"assignments_repaired", rep.AssignmentsRepaired, "active_drivers_offline", rep.ActiveDriversOffline,
-			"rides_retried", rep.RidesRetried, "outbox_unpublished", rep.OutboxUnpublished)
+			"rides_retried", rep.RidesRetried, "offer_locks_released", rep.OfferLocksReleased, "outbox_unpublished", rep.OutboxUnpublished)
 	}
 	if rep.PickupsOverdue+rep.TripsOverdue > 0 {
 		f.d.Log.Warn("reconcile acted on ride deadlines", "pickups_overdue", rep.PickupsOverdue, "trips_overdue", rep.TripsOverdue)
@@ -223,6 +227,39 @@ func (f *Function) offlineWithoutHeartbeat(ctx context.Context, rep *Report) err
 		}
 		if cursor = next; cursor == 0 {
 			break
+		}
+	}
+	return nil
+}
+
+// releaseDecidedOfferLocks releases the offer locks whose offer PostgreSQL holds decided for more
+// than the grace (the accept, decline or timeout committed, its Redis effects lost), each
+// compare-and-delete on its offer id and with the available-set rule re-applied, as the answer's own
+// effects would have. A lock whose offer PostgreSQL does not hold is left to its deadline.
+func (f *Function) releaseDecidedOfferLocks(ctx context.Context, rep *Report) error {
+	locks, err := f.d.Redis.OfferLocks(ctx)
+	if err != nil || len(locks) == 0 {
+		return err
+	}
+	driverOf := make(map[string]string, len(locks))
+	ids := make([]string, 0, len(locks))
+	for _, l := range locks {
+		if l.Offer.OfferID != "" {
+			driverOf[l.Offer.OfferID] = l.DriverID
+			ids = append(ids, l.Offer.OfferID)
+		}
+	}
+	decided, err := pgstore.DecidedOffers(ctx, f.d.DB.Pool, ids, f.d.Config.ReconcileGrace)
+	if err != nil || len(decided) == 0 {
+		return err
+	}
+	for _, id := range decided {
+		released, err := f.d.Redis.ReleaseOffer(ctx, driverOf[id], id, true)
+		if err != nil {
+			return err
+		}
+		if released {
+			rep.OfferLocksReleased++
 		}
 	}
 	return nil

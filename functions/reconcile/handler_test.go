@@ -279,13 +279,13 @@ func TestReconcileOfAHealthyWorldRepairsNothing(t *testing.T) {
 			t.Fatalf("%s: status %d: %v", method, status, body)
 		}
 		for _, k := range []string{"offers_expired", "rides_retried", "drivers_offline", "assignments_repaired", "active_drivers_offline", "outbox_unpublished",
-			"pickups_overdue", "trips_overdue", "pruned_processed_events", "pruned_outbox", "pruned_offers"} {
+			"offer_locks_released", "pickups_overdue", "trips_overdue", "pruned_processed_events", "pruned_outbox", "pruned_offers"} {
 			if v, ok := body[k]; !ok || v != 0.0 {
 				t.Errorf("%s: %s = %v, want 0", method, k, v)
 			}
 		}
-		if len(body) != 11 {
-			t.Errorf("%s: report %v has %d fields, want 11 (6 repairs, 2 ride deadlines, 3 pruned counts)", method, body, len(body))
+		if len(body) != 12 {
+			t.Errorf("%s: report %v has %d fields, want 12 (7 repairs, 2 ride deadlines, 3 pruned counts)", method, body, len(body))
 		}
 	}
 	if diff := before.Diff(env.Snapshot(t)); diff != "" {

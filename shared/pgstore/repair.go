@@ -141,3 +141,17 @@ func OutboxEventsExist(ctx context.Context, q Querier, eventIDs []string) (map[s
 	}
 	return out, nil
 }
+
+// DecidedOffers returns those of offerIDs (offer locks' offers, from Redis) whose offer PostgreSQL
+// holds decided (no longer PENDING) since more than grace: their locks hold nothing any more
+// (reconcile's offer_locks_released). An id PostgreSQL does not hold is not among them.
+func DecidedOffers(ctx context.Context, q Querier, offerIDs []string, grace time.Duration) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT id::text FROM offers WHERE id::text = ANY($1) AND status <> 'PENDING'
+		AND coalesce(responded_at, created_at) < now() - $2 * interval '1 millisecond' ORDER BY id`,
+		offerIDs, grace.Milliseconds())
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ids, pgErr(err)
+}
