@@ -78,3 +78,48 @@ func TestRiderSeconds(t *testing.T) {
 		}
 	}
 }
+
+// waitLearner is the platform's wait estimate as it learns from pickups, for a city with one drive
+// pace: quote is what a rider is quoted for a driver nearestM metres away (no match delay), pickup
+// what the platform folds once that driver, nearestM away when he accepted, took actualS seconds
+// from the request to the pickup.
+type waitLearner struct {
+	cal float64
+	n   int
+}
+
+func (l *waitLearner) quote(nearestM float64) float64 {
+	w, _ := dispatch.EstimateWait(0, nearestM, 1.3, 7)
+	return dispatch.RiderWait(dispatch.Calibrate(w, l.cal)).TotalS
+}
+
+func (l *waitLearner) pickup(nearestM, quotedS, actualS float64) {
+	l.cal = dispatch.FoldWaitError(l.cal, l.n, actualS-quotedS)
+	l.n++
+}
+
+// TestWaitQuotesLearnTheDrivePace: drivers who drive 8 m/s in a straight line (what flagdown
+// replay's do) while the configuration says 7 m/s along roads 1.3 times longer, picking riders up
+// 100..1,500 m away: once the platform has seen 200 pickups its quotes are off by at most what the
+// rider rounding (15 s steps) explains, on average. A constant correction cannot do it: the error
+// of the configured pace grows with the distance (0.061 s per metre).
+func TestWaitQuotesLearnTheDrivePace(t *testing.T) {
+	t.Parallel()
+	const actualPace = 1.0 / 8 // seconds per metre
+	var l waitLearner
+	dist := func(i int) float64 { return 100 + float64((i*7919)%1401) } // 100..1,500 m, spread
+	for i := range 200 {
+		d := dist(i)
+		l.pickup(d, l.quote(d), d*actualPace)
+	}
+	var absSum, signedSum float64
+	const n = 200
+	for i := 200; i < 200+n; i++ {
+		d := dist(i)
+		e := l.quote(d) - d*actualPace
+		absSum, signedSum = absSum+math.Abs(e), signedSum+e
+	}
+	if mae, signed := absSum/n, signedSum/n; mae > 7.5 || math.Abs(signed) > 3 {
+		t.Errorf("after 200 pickups: MAE %.1f s, mean signed %+.1f s; want MAE ≤ 7.5 s (the 15 s rounding), |signed| ≤ 3 s", mae, signed)
+	}
+}
