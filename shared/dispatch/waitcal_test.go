@@ -84,18 +84,20 @@ func TestRiderSeconds(t *testing.T) {
 // what the platform folds once that driver, nearestM away when he accepted, took actualS seconds
 // from the request to the pickup.
 type waitLearner struct {
-	cal float64
-	n   int
+	cal  float64
+	n    int
+	pace dispatch.DrivePace
 }
 
 func (l *waitLearner) quote(nearestM float64) float64 {
-	w, _ := dispatch.EstimateWait(0, nearestM, 1.3, 7)
+	w, _ := dispatch.EstimateWait(0, nearestM, l.pace.SecondsPerMetre(1.3, 7))
 	return dispatch.RiderWait(dispatch.Calibrate(w, l.cal)).TotalS
 }
 
 func (l *waitLearner) pickup(nearestM, quotedS, actualS float64) {
 	l.cal = dispatch.FoldWaitError(l.cal, l.n, actualS-quotedS)
 	l.n++
+	l.pace = dispatch.FoldDrivePace(l.pace, actualS, nearestM)
 }
 
 // TestWaitQuotesLearnTheDrivePace: drivers who drive 8 m/s in a straight line (what flagdown
@@ -121,5 +123,37 @@ func TestWaitQuotesLearnTheDrivePace(t *testing.T) {
 	}
 	if mae, signed := absSum/n, signedSum/n; mae > 7.5 || math.Abs(signed) > 3 {
 		t.Errorf("after 200 pickups: MAE %.1f s, mean signed %+.1f s; want MAE ≤ 7.5 s (the 15 s rounding), |signed| ≤ 3 s", mae, signed)
+	}
+}
+
+// TestDrivePace: the configured pace until DrivePaceMinSamples pickups, then the ratio of the mean
+// drive to the mean distance (the first samples their plain means); bad samples are ignored.
+func TestDrivePace(t *testing.T) {
+	t.Parallel()
+	var p dispatch.DrivePace
+	if got := p.SecondsPerMetre(1.3, 7); math.Abs(got-1.3/7) > 1e-12 {
+		t.Errorf("no pickups: %.4f s/m, want the configured 1.3 / 7", got)
+	}
+	if got := p.SecondsPerMetre(1.3, 0); got != 0 {
+		t.Errorf("no pickups, speed 0: %.4f s/m, want 0 (no estimate)", got)
+	}
+	for i := range dispatch.DrivePaceMinSamples {
+		if got := p.SecondsPerMetre(1.3, 7); math.Abs(got-1.3/7) > 1e-12 {
+			t.Fatalf("%d pickups: %.4f s/m, want the configured one still", i, got)
+		}
+		// 5 m at 5 s (1 s/m alone) and 995 m at 95 s: a mean of ratios would say 0.55 s/m.
+		d, s := 995.0, 95.0
+		if i%2 == 0 {
+			d, s = 5, 5
+		}
+		p = dispatch.FoldDrivePace(p, s, d)
+	}
+	if got, want := p.SecondsPerMetre(1.3, 7), 100.0/1000; math.Abs(got-want) > 1e-9 {
+		t.Errorf("after %d pickups: %.4f s/m, want %.4f (mean drive / mean distance)", p.N, got, want)
+	}
+	for _, bad := range [][2]float64{{math.NaN(), 10}, {10, math.Inf(1)}, {-1, 10}, {10, -1}} {
+		if q := dispatch.FoldDrivePace(p, bad[0], bad[1]); q != p {
+			t.Errorf("sample %v folded: %+v", bad, q)
+		}
 	}
 }

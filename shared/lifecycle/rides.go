@@ -150,6 +150,17 @@ func (s *Service) Act(ctx context.Context, id string, action dispatch.Action, ac
 		if w, ok := waitError(ride, to, at, s.d.Rules.SimSpeedup); ok {
 			fx.WaitErrors = append(fx.WaitErrors, w)
 		}
+		if to == dispatch.RideInProgress && ride.AcceptedAt != nil && ride.DriverID != "" {
+			// The drive pace of the wait estimate learns from every pickup: accept → start
+			// against the driver's distance when offered (lock order: the ride, then its offer).
+			offer, _, err := pgstore.LatestOfferForUpdate(ctx, tx, ride.ID, ride.DriverID)
+			if err != nil {
+				return err
+			}
+			if d, ok := driveSample(ride, offer, at, s.d.Rules.SimSpeedup); ok {
+				fx.DriveSamples = append(fx.DriveSamples, d)
+			}
+		}
 		if ride.DriverID != "" {
 			var a dispatch.Assignment
 			switch to {
@@ -211,4 +222,15 @@ func waitError(ride *dispatch.Ride, to dispatch.RideStatus, at time.Time, simSpe
 		return dispatch.WaitError{}, false
 	}
 	return dispatch.WaitError{Pickup: ride.Pickup, RequestedAt: ride.CreatedAt, ErrS: dispatch.RiderSeconds(at.Sub(ride.CreatedAt), simSpeedup) - *ride.QuotedWaitS}, true
+}
+
+// driveSample is the drive of ride's driver to the pickup when the ride starts at at (PostgreSQL's
+// clock): accept → start in the riders' seconds (dispatch.RiderSeconds with simSpeedup) against
+// the straight-line distance of the accepted offer. It feeds the drive pace of the wait estimate
+// (dispatch.FoldDrivePace); false without an accept or an accepted offer of the ride's driver.
+func driveSample(ride *dispatch.Ride, offer *dispatch.Offer, at time.Time, simSpeedup float64) (dispatch.DriveSample, bool) {
+	if ride.AcceptedAt == nil || offer == nil || offer.Status != dispatch.OfferAccepted || offer.DriverID != ride.DriverID || at.Before(*ride.AcceptedAt) {
+		return dispatch.DriveSample{}, false
+	}
+	return dispatch.DriveSample{DriveS: dispatch.RiderSeconds(at.Sub(*ride.AcceptedAt), simSpeedup), DistM: offer.DistanceM}, true
 }

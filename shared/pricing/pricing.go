@@ -154,7 +154,7 @@ func (s *Service) quote(ctx context.Context, riderID string, pickup, dropoff dis
 	if err != nil {
 		return nil, err
 	}
-	if w, ok := dispatch.EstimateWait(s.riderMatchS(rd.MatchDelayS), near, s.cfg.RoadFactor, s.cfg.AvgSpeedMPS); ok {
+	if w, ok := dispatch.EstimateWait(s.riderMatchS(rd.MatchDelayS), near, rd.DrivePace.SecondsPerMetre(s.cfg.RoadFactor, s.cfg.AvgSpeedMPS)); ok {
 		w = dispatch.RiderWait(dispatch.Calibrate(w, rd.WaitCalibrationS))
 		q.Wait = &w
 	}
@@ -319,7 +319,7 @@ func (s *Service) Wait(ctx context.Context, pickup dispatch.Point, since time.Ti
 		return nil, err
 	}
 	waited := math.Max(0, dispatch.RiderSeconds(s.cfg.Now().Sub(since), s.cfg.SimSpeedup))
-	w, ok := dispatch.EstimateWait(math.Max(0, s.riderMatchS(rd.MatchDelayS)-waited), near, s.cfg.RoadFactor, s.cfg.AvgSpeedMPS)
+	w, ok := dispatch.EstimateWait(math.Max(0, s.riderMatchS(rd.MatchDelayS)-waited), near, rd.DrivePace.SecondsPerMetre(s.cfg.RoadFactor, s.cfg.AvgSpeedMPS))
 	if !ok {
 		return nil, nil
 	}

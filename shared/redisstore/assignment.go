@@ -143,6 +143,11 @@ func (s *Store) Apply(ctx context.Context, fx dispatch.Effects) (ApplyReport, er
 			errs = append(errs, fmt.Errorf("record wait error: %w", err))
 		}
 	}
+	for _, d := range fx.DriveSamples {
+		if err := s.RecordDriveSample(ctx, d); err != nil {
+			errs = append(errs, fmt.Errorf("record drive sample: %w", err))
+		}
+	}
 	if len(errs) > 0 {
 		return rep, dispatch.Unavailable("redis", errors.Join(errs...))
 	}
