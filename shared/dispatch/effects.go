@@ -27,7 +27,7 @@ type Effects struct {
 	// clock, to fold into the recent match delay of the wait estimate (EstimateWait).
 	MatchDelaysS []float64
 	// WaitErrors are the errors of the waits quoted to rides picked up, to fold into the wait
-	// calibration (FoldWaitError).
+	// calibration (FoldWaitResidual).
 	WaitErrors []WaitError
 	// DriveSamples are the drives of drivers to their pickups, to fold into the learned drive pace
 	// of the wait estimate (FoldDrivePace).
@@ -43,13 +43,14 @@ type DriveSample struct {
 	DistM float64
 }
 
-// WaitError is how far off the wait quoted to one ride was.
+// WaitError is how far off the distance-based part of the wait quoted to one ride was.
 type WaitError struct {
 	// Pickup is the ride's pickup and RequestedAt its request (the calibration's cell and hour).
 	Pickup      Point
 	RequestedAt time.Time
-	// ErrS is the actual time from request to pickup (the ride's start) less the quoted wait, seconds.
-	ErrS float64
+	// ResidualS is the actual time from request to pickup (the ride's start) less the quoted wait
+	// without its calibration part, seconds.
+	ResidualS float64
 }
 
 // Add appends the effects of o to e.

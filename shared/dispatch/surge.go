@@ -194,8 +194,9 @@ type WaitEstimate struct {
 	// speed), seconds.
 	DriveS float64
 	// CalibrationS is the learned correction of the estimate, seconds (may be negative; 0 without
-	// data): the recent mean error of the waits quoted in the pickup's cell at this hour of day
-	// (WaitCalibration, Calibrate).
+	// data): the recent mean residual of the distance-based estimate (what the waits quoted in the
+	// pickup's cell at this hour of day missed without their calibration; FoldWaitResidual,
+	// Calibrate).
 	CalibrationS float64
 	// TotalS is MatchS + DriveS + CalibrationS rounded to whole seconds, at least 0.
 	TotalS float64
@@ -210,16 +211,19 @@ const WaitCalibrationAlpha = 0.05
 // calibration is used; below it the city's at that hour is.
 const WaitCalibrationMinSamples = 5
 
-// FoldWaitError is a calibration's next value after a ride quoted a wait off by errS seconds (the
-// actual request → pickup time minus the quoted one, which already held the calibration cur of n
-// samples): cur + max(α, 1/(n+1)) × errS. A quote with calibration c that is off by errS says the
-// right correction was c + errS, so the calibration is an exponentially weighted mean of the
-// residuals of the distance-based estimate (the estimate less its calibration).
-func FoldWaitError(cur float64, n int, errS float64) float64 {
-	if math.IsNaN(errS) || math.IsInf(errS, 0) {
+// FoldWaitResidual is a calibration's next value after one more pickup whose residual was
+// residualS seconds: the actual request → pickup time less the distance-based part of its quote
+// (the quote without the calibration it held). It is an exponentially weighted mean of the
+// residuals: cur + max(α, 1/(n+1)) × (residualS − cur), so the first samples give their plain
+// mean. It never adds a quote's error to the calibration of now: a pickup lands about one wait
+// after its quote, once the pickups of the rides quoted since moved the calibration, and adding
+// errors would correct one error once per pickup in flight (an integrator with a delay, which
+// swings once that lag × α exceeds 1).
+func FoldWaitResidual(cur float64, n int, residualS float64) float64 {
+	if math.IsNaN(residualS) || math.IsInf(residualS, 0) {
 		return cur
 	}
-	return cur + math.Max(WaitCalibrationAlpha, 1/float64(n+1))*errS
+	return cur + math.Max(WaitCalibrationAlpha, 1/float64(n+1))*(residualS-cur)
 }
 
 // Calibrate is w with calibration calS (seconds) added: CalibrationS set, TotalS recomputed.

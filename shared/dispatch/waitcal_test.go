@@ -8,29 +8,27 @@ import (
 	"github.com/flagdown/flagdown/shared/dispatch"
 )
 
-// TestFoldWaitErrorIsUnbiased: quotes whose distance-based part is always 40 s short, folded one
-// by one with the calibration each quote held, converge to a 40 s calibration; the first samples
-// give their plain mean.
-func TestFoldWaitErrorIsUnbiased(t *testing.T) {
+// TestFoldWaitResidualIsUnbiased: quotes whose distance-based part is always 40 s short, folded
+// one by one, converge to a 40 s calibration; the first samples give their plain mean.
+func TestFoldWaitResidualIsUnbiased(t *testing.T) {
 	t.Parallel()
-	if got := dispatch.FoldWaitError(0, 0, 30); got != 30 {
+	if got := dispatch.FoldWaitResidual(0, 0, 30); got != 30 {
 		t.Errorf("first sample: %.2f, want 30 (its own value)", got)
 	}
-	if got := dispatch.FoldWaitError(30, 1, 10); got != 35 {
-		t.Errorf("second sample: %.2f, want 35 (a quote holding 30 was 10 short: residuals 30 and 40)", got)
+	if got := dispatch.FoldWaitResidual(30, 1, 40); got != 35 {
+		t.Errorf("second sample: %.2f, want 35 (residuals 30 and 40)", got)
 	}
 	cal := 0.0
 	for n := range 200 {
 		base := 60.0
 		actual := base + 40 + float64(n%7-3) // ±3 s of noise around a 40 s residual
-		quoted := dispatch.Calibrate(dispatch.WaitEstimate{DriveS: base}, cal).TotalS
-		cal = dispatch.FoldWaitError(cal, n, actual-quoted)
+		cal = dispatch.FoldWaitResidual(cal, n, actual-base)
 	}
 	if math.Abs(cal-40) > 2.5 {
 		t.Errorf("calibration after 200 pickups %.1f s, want 40 ± 2.5", cal)
 	}
-	if got := dispatch.FoldWaitError(5, 3, math.NaN()); got != 5 {
-		t.Errorf("NaN error folded: %.2f, want 5 unchanged", got)
+	if got := dispatch.FoldWaitResidual(5, 3, math.NaN()); got != 5 {
+		t.Errorf("NaN residual folded: %.2f, want 5 unchanged", got)
 	}
 }
 
@@ -95,7 +93,7 @@ func (l *waitLearner) quote(nearestM float64) float64 {
 }
 
 func (l *waitLearner) pickup(nearestM, quotedS, actualS float64) {
-	l.cal = dispatch.FoldWaitError(l.cal, l.n, actualS-quotedS)
+	l.cal = dispatch.FoldWaitResidual(l.cal, l.n, actualS-(quotedS-dispatch.RiderWait(dispatch.WaitEstimate{CalibrationS: l.cal}).CalibrationS))
 	l.n++
 	l.pace = dispatch.FoldDrivePace(l.pace, actualS, nearestM)
 }
@@ -173,7 +171,7 @@ func (l *calLearner) quote(baseS float64) (totalS, calS float64) {
 
 // pickup folds a ride quoted quotedS (calibration part quotedCalS) that took actualS.
 func (l *calLearner) pickup(quotedS, quotedCalS, actualS float64) {
-	l.cal = dispatch.FoldWaitError(l.cal, l.n, actualS-quotedS)
+	l.cal = dispatch.FoldWaitResidual(l.cal, l.n, actualS-(quotedS-quotedCalS))
 	l.n++
 }
 

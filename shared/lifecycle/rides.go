@@ -212,16 +212,23 @@ func (s *Service) decline(ctx context.Context, tx pgx.Tx, ride *dispatch.Ride, d
 	return err
 }
 
-// waitError is the error of the wait quoted to ride when it moves to status to at at (PostgreSQL's
-// clock): when it starts (the driver picked the rider up) having been quoted a wait and matched in
-// one round (never re-opened: the quote was for its first round), the time from its request to the
-// start in the riders' seconds (dispatch.RiderSeconds with simSpeedup, the seconds the quote is in)
-// less the quoted wait. It feeds the wait calibration (dispatch.FoldWaitError).
+// waitError is the residual of the wait quoted to ride when it moves to status to at at
+// (PostgreSQL's clock): when it starts (the driver picked the rider up) having been quoted a wait
+// and matched in one round (never re-opened: the quote was for its first round), the time from its
+// request to the start in the riders' seconds (dispatch.RiderSeconds with simSpeedup, the seconds
+// the quote is in) less the quoted wait without its calibration part. It feeds the wait
+// calibration (dispatch.FoldWaitResidual). A quote without a recorded calibration part (made
+// before it was recorded), or one clamped at 0 by a negative calibration, has no known
+// distance-based part and gives none.
 func waitError(ride *dispatch.Ride, to dispatch.RideStatus, at time.Time, simSpeedup float64) (dispatch.WaitError, bool) {
-	if to != dispatch.RideInProgress || ride.QuotedWaitS == nil || ride.CreatedAt.IsZero() || !ride.MatchStartedAt.Equal(ride.CreatedAt) {
+	if to != dispatch.RideInProgress || ride.QuotedWaitS == nil || ride.QuotedWaitCalS == nil || ride.CreatedAt.IsZero() || !ride.MatchStartedAt.Equal(ride.CreatedAt) {
 		return dispatch.WaitError{}, false
 	}
-	return dispatch.WaitError{Pickup: ride.Pickup, RequestedAt: ride.CreatedAt, ErrS: dispatch.RiderSeconds(at.Sub(ride.CreatedAt), simSpeedup) - *ride.QuotedWaitS}, true
+	if *ride.QuotedWaitS <= 0 && *ride.QuotedWaitCalS < 0 {
+		return dispatch.WaitError{}, false
+	}
+	base := *ride.QuotedWaitS - *ride.QuotedWaitCalS
+	return dispatch.WaitError{Pickup: ride.Pickup, RequestedAt: ride.CreatedAt, ResidualS: dispatch.RiderSeconds(at.Sub(ride.CreatedAt), simSpeedup) - base}, true
 }
 
 // driveSample is the drive of ride's driver to the pickup when the ride starts at at (PostgreSQL's

@@ -139,7 +139,7 @@ func (s *Store) Apply(ctx context.Context, fx dispatch.Effects) (ApplyReport, er
 		}
 	}
 	for _, w := range fx.WaitErrors {
-		if err := s.RecordWaitError(ctx, w.Pickup, w.RequestedAt, w.ErrS); err != nil {
+		if err := s.RecordWaitError(ctx, w.Pickup, w.RequestedAt, w.ResidualS); err != nil {
 			errs = append(errs, fmt.Errorf("record wait error: %w", err))
 		}
 	}

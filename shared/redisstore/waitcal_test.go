@@ -33,19 +33,20 @@ func TestWaitCalibration(t *testing.T) {
 	if err := s.RecordWaitError(ctx, b, now, -20); err != nil { // the city: -20
 		t.Fatal(err)
 	}
-	// The cell's first quote was 30 s short; the next ones held that correction and were right.
-	for k := range dispatch.WaitCalibrationMinSamples - 1 {
-		if err := s.RecordWaitError(ctx, a, now, float64(30*(1-min(k, 1)))); err != nil {
+	// The distance-based part of every quote in the cell was 30 s short (residuals of 30).
+	for range dispatch.WaitCalibrationMinSamples - 1 {
+		if err := s.RecordWaitError(ctx, a, now, 30); err != nil {
 			t.Fatal(err)
 		}
 	}
-	const city = -5.0 // -20, then +30 × 1/2, then errors of 0
+	city := (-20.0 + 30*float64(dispatch.WaitCalibrationMinSamples-1)) / float64(dispatch.WaitCalibrationMinSamples) // the plain mean
 	if got := read(a); math.Abs(got-city) > 0.01 {
 		t.Errorf("cell below its minimum: calibration %.2f, want the city's %.2f", got, city)
 	}
-	if err := s.RecordWaitError(ctx, a, now, 0); err != nil {
+	if err := s.RecordWaitError(ctx, a, now, 30); err != nil {
 		t.Fatal(err)
 	}
+	city = (-20.0 + 30*float64(dispatch.WaitCalibrationMinSamples)) / float64(dispatch.WaitCalibrationMinSamples+1)
 	if got := read(a); math.Abs(got-30) > 0.01 {
 		t.Errorf("cell at its minimum: calibration %.2f, want its own 30", got)
 	}
