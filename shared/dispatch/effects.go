@@ -26,7 +26,7 @@ type Effects struct {
 	// MatchDelaysS are the times from a ride's (re-)request to its accept, seconds on PostgreSQL's
 	// clock, to fold into the recent match delay of the wait estimate (EstimateWait).
 	MatchDelaysS []float64
-	// WaitErrors are the errors of the waits quoted to rides picked up, to fold into the wait
+	// WaitErrors are the residuals of the waits quoted to rides picked up, to fold into the wait
 	// calibration (FoldWaitResidual).
 	WaitErrors []WaitError
 	// DriveSamples are the drives of drivers to their pickups, to fold into the learned drive pace
