@@ -179,6 +179,9 @@ func TestSurgeQuoteIsRecordedOnTheRide(t *testing.T) {
 		float64(ride.FareEstimateCents) != wantFare || ride.QuotedWaitS == nil || *ride.QuotedWaitS != wantWait {
 		t.Fatalf("ride in PostgreSQL: multiplier %v computed %v fare %d wait %v", ride.SurgeMultiplier, ride.SurgeComputed, ride.FareEstimateCents, ride.QuotedWaitS)
 	}
+	if ride.QuotedWaitCalS == nil || *ride.QuotedWaitCalS != 0 {
+		t.Errorf("ride in PostgreSQL: quoted calibration part %v, want 0 (no pickup yet)", ride.QuotedWaitCalS)
+	}
 	status, view := fntest.Do(t, env.Ride, http.MethodGet, "/"+rideID, nil, env.As(auth.RoleRider, "r-1"))
 	if status != http.StatusOK || num(t, view, "surge_multiplier") != 1.25 || num(t, view, "est_wait_s") != wantWait ||
 		num(t, view, "quoted_wait_s") != wantWait {

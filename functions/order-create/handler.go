@@ -179,8 +179,8 @@ func (f *Function) price(ctx context.Context, ride *dispatch.Ride, quoteID strin
 	ride.FareEstimateCents, ride.EstDistanceM, ride.EstDurationS = q.Fare.FareCents, q.Fare.DistanceM, q.Fare.DurationS
 	ride.SurgeMultiplier, ride.SurgeComputed = q.Multiplier, q.Computed
 	if q.Wait != nil {
-		w := q.Wait.TotalS
-		ride.QuotedWaitS = &w
+		w, c := q.Wait.TotalS, q.Wait.CalibrationS
+		ride.QuotedWaitS, ride.QuotedWaitCalS = &w, &c
 	}
 	return q, nil
 }

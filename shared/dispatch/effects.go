@@ -26,18 +26,31 @@ type Effects struct {
 	// MatchDelaysS are the times from a ride's (re-)request to its accept, seconds on PostgreSQL's
 	// clock, to fold into the recent match delay of the wait estimate (EstimateWait).
 	MatchDelaysS []float64
-	// WaitErrors are the errors of the waits quoted to rides picked up, to fold into the wait
-	// calibration (FoldWaitError).
+	// WaitErrors are the residuals of the waits quoted to rides picked up, to fold into the wait
+	// calibration (FoldWaitResidual).
 	WaitErrors []WaitError
+	// DriveSamples are the drives of drivers to their pickups, to fold into the learned drive pace
+	// of the wait estimate (FoldDrivePace).
+	DriveSamples []DriveSample
 }
 
-// WaitError is how far off the wait quoted to one ride was.
+// DriveSample is one driver's drive from his accept to the pickup.
+type DriveSample struct {
+	// DriveS is the time from the accept to the pickup (the ride's start), seconds in the riders'
+	// time (RiderSeconds).
+	DriveS float64
+	// DistM is the straight-line distance driver → pickup when he was offered the ride, metres.
+	DistM float64
+}
+
+// WaitError is how far off the distance-based part of the wait quoted to one ride was.
 type WaitError struct {
 	// Pickup is the ride's pickup and RequestedAt its request (the calibration's cell and hour).
 	Pickup      Point
 	RequestedAt time.Time
-	// ErrS is the actual time from request to pickup (the ride's start) less the quoted wait, seconds.
-	ErrS float64
+	// ResidualS is the actual time from request to pickup (the ride's start) less the quoted wait
+	// without its calibration part, seconds.
+	ResidualS float64
 }
 
 // Add appends the effects of o to e.
@@ -51,11 +64,12 @@ func (e *Effects) Add(o Effects) {
 	e.Offline = append(e.Offline, o.Offline...)
 	e.MatchDelaysS = append(e.MatchDelaysS, o.MatchDelaysS...)
 	e.WaitErrors = append(e.WaitErrors, o.WaitErrors...)
+	e.DriveSamples = append(e.DriveSamples, o.DriveSamples...)
 }
 
 // Empty reports whether e asks for nothing.
 func (e Effects) Empty() bool {
-	return len(e.Assignments)+len(e.ReleaseOffers)+len(e.RetryTimers)+len(e.ClearRetryTimers)+len(e.BatchJoins)+len(e.Misses)+len(e.Offline)+len(e.MatchDelaysS)+len(e.WaitErrors) == 0
+	return len(e.Assignments)+len(e.ReleaseOffers)+len(e.RetryTimers)+len(e.ClearRetryTimers)+len(e.BatchJoins)+len(e.Misses)+len(e.Offline)+len(e.MatchDelaysS)+len(e.WaitErrors)+len(e.DriveSamples) == 0
 }
 
 // Assignment is a driver's assignment as PostgreSQL holds it after a change (the driver_assignments

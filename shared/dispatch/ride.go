@@ -168,9 +168,12 @@ type Ride struct {
 	SurgeComputed *float64
 	// QuotedWaitS is the pickup wait the rider was quoted, seconds (EstimateWait); nil when no
 	// driver was near.
-	QuotedWaitS   *float64
-	MatchAttempts int
-	MatchNote     string
+	QuotedWaitS *float64
+	// QuotedWaitCalS is the calibration part of QuotedWaitS, seconds (WaitEstimate.CalibrationS as
+	// the rider was quoted it); nil when no wait was quoted.
+	QuotedWaitCalS *float64
+	MatchAttempts  int
+	MatchNote      string
 	// Version is rides.version: it grows by one with every status change (see Assignment.RideVersion).
 	Version   int64
 	CreatedAt time.Time

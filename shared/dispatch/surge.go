@@ -189,12 +189,14 @@ type WaitEstimate struct {
 	// MatchS is the recent time from a ride's request to its accept (an EWMA, see MatchDelayAlpha),
 	// seconds; 0 before any ride was accepted.
 	MatchS float64
-	// DriveS is the nearest available driver's drive to the pickup: straight-line distance × road
-	// factor / average speed, seconds.
+	// DriveS is the nearest available driver's drive to the pickup: straight-line distance × the
+	// drive pace (DrivePace.SecondsPerMetre: learned from pickups, else road factor / average
+	// speed), seconds.
 	DriveS float64
 	// CalibrationS is the learned correction of the estimate, seconds (may be negative; 0 without
-	// data): the recent mean error of the waits quoted in the pickup's cell at this hour of day
-	// (WaitCalibration, Calibrate).
+	// data): the recent mean residual of the distance-based estimate (what the waits quoted in the
+	// pickup's cell at this hour of day missed without their calibration; FoldWaitResidual,
+	// Calibrate).
 	CalibrationS float64
 	// TotalS is MatchS + DriveS + CalibrationS rounded to whole seconds, at least 0.
 	TotalS float64
@@ -209,16 +211,19 @@ const WaitCalibrationAlpha = 0.05
 // calibration is used; below it the city's at that hour is.
 const WaitCalibrationMinSamples = 5
 
-// FoldWaitError is a calibration's next value after a ride quoted a wait off by errS seconds (the
-// actual request → pickup time minus the quoted one, which already held the calibration cur of n
-// samples): cur + max(α, 1/(n+1)) × errS. A quote with calibration c that is off by errS says the
-// right correction was c + errS, so the calibration is an exponentially weighted mean of the
-// residuals of the distance-based estimate (the estimate less its calibration).
-func FoldWaitError(cur float64, n int, errS float64) float64 {
-	if math.IsNaN(errS) || math.IsInf(errS, 0) {
+// FoldWaitResidual is a calibration's next value after one more pickup whose residual was
+// residualS seconds: the actual request → pickup time less the distance-based part of its quote
+// (the quote without the calibration it held). It is an exponentially weighted mean of the
+// residuals: cur + max(α, 1/(n+1)) × (residualS − cur), so the first samples give their plain
+// mean. It never adds a quote's error to the calibration of now: a pickup lands about one wait
+// after its quote, once the pickups of the rides quoted since moved the calibration, and adding
+// errors would correct one error once per pickup in flight (an integrator with a delay, which
+// swings once that lag × α exceeds 1).
+func FoldWaitResidual(cur float64, n int, residualS float64) float64 {
+	if math.IsNaN(residualS) || math.IsInf(residualS, 0) {
 		return cur
 	}
-	return cur + math.Max(WaitCalibrationAlpha, 1/float64(n+1))*errS
+	return cur + math.Max(WaitCalibrationAlpha, 1/float64(n+1))*(residualS-cur)
 }
 
 // Calibrate is w with calibration calS (seconds) added: CalibrationS set, TotalS recomputed.
@@ -250,18 +255,74 @@ func RiderSeconds(d time.Duration, simSpeedup float64) float64 {
 // (1 − α) / α = 9 samples), long enough to smooth one slow accept, short enough to follow a rush.
 const MatchDelayAlpha = 0.1
 
+// DrivePaceAlpha is the weight of the newest pickup in the learned drive pace once there are
+// 1/α pickups; before that each weighs 1/n, so the first pickups give their plain means and the
+// pace is unbiased from the start. 0.02: about the last 50 pickups of the city.
+const DrivePaceAlpha = 0.02
+
+// DrivePaceMinSamples is how many pickups the learned drive pace needs before the wait estimate
+// uses it instead of the configured one (FLAGDOWN_ROAD_FACTOR / FLAGDOWN_AVG_SPEED_MPS).
+const DrivePaceMinSamples = 10
+
+// DrivePace is the drive pace learned from pickups: how long drivers took from their accept to the
+// pickup against how far from it they were (straight line) when offered the ride. It is a ratio of
+// two exponentially weighted means, so a short drive (a few metres, a few seconds) cannot make the
+// pace jump the way a mean of per-ride ratios would.
+type DrivePace struct {
+	// DriveS is the weighted mean time from an accept to the pickup, seconds in the riders' time.
+	DriveS float64
+	// DistM is the weighted mean straight-line distance driver → pickup at the offer, metres.
+	DistM float64
+	// N is how many pickups were folded.
+	N int
+}
+
+// FoldDrivePace is p after one more pickup: driveS seconds from the accept to the pickup (riders'
+// time), the driver distM metres away in a straight line when offered. Both means move by
+// max(DrivePaceAlpha, 1/(N+1)) towards the sample. A sample that is not a finite number ≥ 0 is
+// ignored.
+func FoldDrivePace(p DrivePace, driveS, distM float64) DrivePace {
+	for _, v := range []float64{driveS, distM} {
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return p
+		}
+	}
+	w := math.Max(DrivePaceAlpha, 1/float64(p.N+1))
+	p.DriveS += w * (driveS - p.DriveS)
+	p.DistM += w * (distM - p.DistM)
+	p.N++
+	return p
+}
+
+// SecondsPerMetre is the drive pace the wait estimate uses, seconds per straight-line metre: the
+// learned one (DriveS / DistM) once p has DrivePaceMinSamples pickups over a mean distance of at
+// least a metre, else the configured one, max(1, roadFactor) / avgSpeedMPS; 0 when neither is a
+// finite number > 0 (no estimate).
+func (p DrivePace) SecondsPerMetre(roadFactor, avgSpeedMPS float64) float64 {
+	if p.N >= DrivePaceMinSamples && p.DistM >= 1 {
+		if v := p.DriveS / p.DistM; v > 0 && !math.IsInf(v, 0) {
+			return v
+		}
+	}
+	if !(avgSpeedMPS > 0) || math.IsInf(avgSpeedMPS, 0) {
+		return 0
+	}
+	return math.Max(1, roadFactor) / avgSpeedMPS
+}
+
 // EstimateWait predicts the pickup wait of a ride requested now: the recent match delay
 // (matchDelayS, seconds, ≥ 0; 0 when unknown) plus the drive of the nearest available driver,
-// nearestM metres away in a straight line, at avgSpeedMPS along roads roadFactor times longer. ok
-// is false when no driver is near (nearestM < 0) or the speed is not > 0: no estimate.
-func EstimateWait(matchDelayS, nearestM, roadFactor, avgSpeedMPS float64) (WaitEstimate, bool) {
-	if nearestM < 0 || !(avgSpeedMPS > 0) || math.IsNaN(nearestM) {
+// nearestM metres away in a straight line, at paceSPerM seconds per straight-line metre
+// (DrivePace.SecondsPerMetre). ok is false when no driver is near (nearestM < 0) or the pace is
+// not a finite number > 0: no estimate.
+func EstimateWait(matchDelayS, nearestM, paceSPerM float64) (WaitEstimate, bool) {
+	if nearestM < 0 || !(paceSPerM > 0) || math.IsInf(paceSPerM, 0) || math.IsNaN(nearestM) {
 		return WaitEstimate{}, false
 	}
 	if !(matchDelayS > 0) || math.IsInf(matchDelayS, 0) {
 		matchDelayS = 0
 	}
-	drive := nearestM * math.Max(1, roadFactor) / avgSpeedMPS
+	drive := nearestM * paceSPerM
 	return WaitEstimate{MatchS: math.Round(matchDelayS*10) / 10, DriveS: math.Round(drive*10) / 10,
 		TotalS: math.Round(matchDelayS + drive)}, true
 }

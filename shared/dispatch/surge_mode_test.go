@@ -76,17 +76,17 @@ func TestSurgedFare(t *testing.T) {
 func TestEstimateWait(t *testing.T) {
 	t.Parallel()
 	// 700 m × road factor 1.3 / 7 m/s = 130 s of drive, + 25 s of recent match delay.
-	w, ok := dispatch.EstimateWait(25, 700, 1.3, 7)
+	w, ok := dispatch.EstimateWait(25, 700, 1.3/7.0)
 	if !ok || w.MatchS != 25 || w.DriveS != 130 || w.TotalS != 155 {
 		t.Fatalf("EstimateWait(25, 700 m) = %+v, %v; want 25 + 130 = 155 s", w, ok)
 	}
-	if w, ok := dispatch.EstimateWait(-3, 0, 1.3, 7); !ok || w.TotalS != 0 {
+	if w, ok := dispatch.EstimateWait(-3, 0, 1.3/7.0); !ok || w.TotalS != 0 {
 		t.Errorf("a driver at the pickup, no match delay: %+v, %v", w, ok)
 	}
-	if _, ok := dispatch.EstimateWait(25, -1, 1.3, 7); ok {
+	if _, ok := dispatch.EstimateWait(25, -1, 1.3/7.0); ok {
 		t.Error("no driver near gave an estimate")
 	}
-	if _, ok := dispatch.EstimateWait(25, 700, 1.3, 0); ok {
-		t.Error("a zero speed gave an estimate")
+	if _, ok := dispatch.EstimateWait(25, 700, 0); ok {
+		t.Error("a zero pace gave an estimate")
 	}
 }

@@ -150,6 +150,17 @@ func (s *Service) Act(ctx context.Context, id string, action dispatch.Action, ac
 		if w, ok := waitError(ride, to, at, s.d.Rules.SimSpeedup); ok {
 			fx.WaitErrors = append(fx.WaitErrors, w)
 		}
+		if to == dispatch.RideInProgress && ride.AcceptedAt != nil && ride.DriverID != "" {
+			// The drive pace of the wait estimate learns from every pickup: accept → start
+			// against the driver's distance when offered (lock order: the ride, then its offer).
+			offer, _, err := pgstore.LatestOfferForUpdate(ctx, tx, ride.ID, ride.DriverID)
+			if err != nil {
+				return err
+			}
+			if d, ok := driveSample(ride, offer, at, s.d.Rules.SimSpeedup); ok {
+				fx.DriveSamples = append(fx.DriveSamples, d)
+			}
+		}
 		if ride.DriverID != "" {
 			var a dispatch.Assignment
 			switch to {
@@ -201,14 +212,32 @@ func (s *Service) decline(ctx context.Context, tx pgx.Tx, ride *dispatch.Ride, d
 	return err
 }
 
-// waitError is the error of the wait quoted to ride when it moves to status to at at (PostgreSQL's
-// clock): when it starts (the driver picked the rider up) having been quoted a wait and matched in
-// one round (never re-opened: the quote was for its first round), the time from its request to the
-// start in the riders' seconds (dispatch.RiderSeconds with simSpeedup, the seconds the quote is in)
-// less the quoted wait. It feeds the wait calibration (dispatch.FoldWaitError).
+// waitError is the residual of the wait quoted to ride when it moves to status to at at
+// (PostgreSQL's clock): when it starts (the driver picked the rider up) having been quoted a wait
+// and matched in one round (never re-opened: the quote was for its first round), the time from its
+// request to the start in the riders' seconds (dispatch.RiderSeconds with simSpeedup, the seconds
+// the quote is in) less the quoted wait without its calibration part. It feeds the wait
+// calibration (dispatch.FoldWaitResidual). A quote without a recorded calibration part (made
+// before it was recorded), or one clamped at 0 by a negative calibration, has no known
+// distance-based part and gives none.
 func waitError(ride *dispatch.Ride, to dispatch.RideStatus, at time.Time, simSpeedup float64) (dispatch.WaitError, bool) {
-	if to != dispatch.RideInProgress || ride.QuotedWaitS == nil || ride.CreatedAt.IsZero() || !ride.MatchStartedAt.Equal(ride.CreatedAt) {
+	if to != dispatch.RideInProgress || ride.QuotedWaitS == nil || ride.QuotedWaitCalS == nil || ride.CreatedAt.IsZero() || !ride.MatchStartedAt.Equal(ride.CreatedAt) {
 		return dispatch.WaitError{}, false
 	}
-	return dispatch.WaitError{Pickup: ride.Pickup, RequestedAt: ride.CreatedAt, ErrS: dispatch.RiderSeconds(at.Sub(ride.CreatedAt), simSpeedup) - *ride.QuotedWaitS}, true
+	if *ride.QuotedWaitS <= 0 && *ride.QuotedWaitCalS < 0 {
+		return dispatch.WaitError{}, false
+	}
+	base := *ride.QuotedWaitS - *ride.QuotedWaitCalS
+	return dispatch.WaitError{Pickup: ride.Pickup, RequestedAt: ride.CreatedAt, ResidualS: dispatch.RiderSeconds(at.Sub(ride.CreatedAt), simSpeedup) - base}, true
+}
+
+// driveSample is the drive of ride's driver to the pickup when the ride starts at at (PostgreSQL's
+// clock): accept → start in the riders' seconds (dispatch.RiderSeconds with simSpeedup) against
+// the straight-line distance of the accepted offer. It feeds the drive pace of the wait estimate
+// (dispatch.FoldDrivePace); false without an accept or an accepted offer of the ride's driver.
+func driveSample(ride *dispatch.Ride, offer *dispatch.Offer, at time.Time, simSpeedup float64) (dispatch.DriveSample, bool) {
+	if ride.AcceptedAt == nil || offer == nil || offer.Status != dispatch.OfferAccepted || offer.DriverID != ride.DriverID || at.Before(*ride.AcceptedAt) {
+		return dispatch.DriveSample{}, false
+	}
+	return dispatch.DriveSample{DriveS: dispatch.RiderSeconds(at.Sub(*ride.AcceptedAt), simSpeedup), DistM: offer.DistanceM}, true
 }

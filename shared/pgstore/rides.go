@@ -22,7 +22,7 @@ type Querier interface {
 const rideCols = `id, rider_id, status, pickup_lat, pickup_lng, dropoff_lat, dropoff_lng, coalesce(driver_id, ''),
 	fare_estimate_cents, est_distance_m, est_duration_s, match_attempts, coalesce(match_note, ''), version,
 	created_at, match_started_at, first_match_at, first_offered_at, accepted_at, started_at, completed_at, cancelled_at,
-	surge_multiplier, surge_computed, quoted_wait_s`
+	surge_multiplier, surge_computed, quoted_wait_s, quoted_wait_cal_s`
 
 func scanRide(row pgx.Row) (*dispatch.Ride, error) {
 	var r dispatch.Ride
@@ -30,7 +30,7 @@ func scanRide(row pgx.Row) (*dispatch.Ride, error) {
 	err := row.Scan(&r.ID, &r.RiderID, &status, &r.Pickup.Lat, &r.Pickup.Lng, &r.Dropoff.Lat, &r.Dropoff.Lng,
 		&r.DriverID, &r.FareEstimateCents, &r.EstDistanceM, &r.EstDurationS, &r.MatchAttempts, &r.MatchNote, &r.Version,
 		&r.CreatedAt, &r.MatchStartedAt, &r.FirstMatchAt, &r.FirstOfferedAt, &r.AcceptedAt, &r.StartedAt, &r.CompletedAt, &r.CancelledAt,
-		&r.SurgeMultiplier, &r.SurgeComputed, &r.QuotedWaitS)
+		&r.SurgeMultiplier, &r.SurgeComputed, &r.QuotedWaitS, &r.QuotedWaitCalS)
 	if err != nil {
 		return nil, err
 	}
@@ -98,12 +98,12 @@ func InsertRide(ctx context.Context, tx pgx.Tx, r *dispatch.Ride, idempotencyKey
 }
 
 const insertRideSQL = `INSERT INTO rides (id, rider_id, status, pickup_lat, pickup_lng, dropoff_lat, dropoff_lng,
-		fare_estimate_cents, est_distance_m, est_duration_s, idempotency_key, surge_multiplier, surge_computed, quoted_wait_s)
-		VALUES ($1, $2, 'REQUESTED', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING created_at, match_started_at, version`
+		fare_estimate_cents, est_distance_m, est_duration_s, idempotency_key, surge_multiplier, surge_computed, quoted_wait_s, quoted_wait_cal_s)
+		VALUES ($1, $2, 'REQUESTED', $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING created_at, match_started_at, version`
 
 func insertRideArgs(r *dispatch.Ride, key *string) []any {
 	return []any{r.ID, r.RiderID, r.Pickup.Lat, r.Pickup.Lng, r.Dropoff.Lat, r.Dropoff.Lng,
-		r.FareEstimateCents, r.EstDistanceM, r.EstDurationS, key, dispatch.RoundMultiplier(r.SurgeMultiplier), r.SurgeComputed, r.QuotedWaitS}
+		r.FareEstimateCents, r.EstDistanceM, r.EstDurationS, key, dispatch.RoundMultiplier(r.SurgeMultiplier), r.SurgeComputed, r.QuotedWaitS, r.QuotedWaitCalS}
 }
 
 // CreateRide inserts r (status REQUESTED, as InsertRide) and its ride.requested outbox event ev in

@@ -19,11 +19,12 @@
 //
 // Wait estimate (dispatch.EstimateWait): the recent match delay (an EWMA of request → accept over
 // accepts, kept in Redis, fed by lifecycle's accept) + the nearest available driver's straight-line
-// distance × FLAGDOWN_ROAD_FACTOR / FLAGDOWN_AVG_SPEED_MPS, searched within the largest match radius,
-// + the calibration learned from what happened (dispatch.Calibrate): the exponentially weighted mean
-// error of the waits quoted in the pickup's cell at this hour of day (the city's below
-// dispatch.WaitCalibrationMinSamples pickups), fed by lifecycle when a quoted ride starts
-// (redisstore.RecordWaitError). A rider reads it, so it is the rider view (dispatch.RiderCell): the
+// distance, searched within the largest match radius, × the drive pace learned from pickups
+// (dispatch.DrivePace, fed by lifecycle's start; FLAGDOWN_ROAD_FACTOR / FLAGDOWN_AVG_SPEED_MPS
+// before 10 pickups), + the calibration learned from what happened (dispatch.Calibrate): the
+// exponentially weighted mean residual of the waits quoted in the pickup's cell at this hour of
+// day (the city's below dispatch.WaitCalibrationMinSamples pickups), fed by lifecycle when a quoted
+// ride starts (redisstore.RecordWaitError, dispatch.FoldWaitResidual). A rider reads it, so it is the rider view (dispatch.RiderCell): the
 // distance is to the nearest driver's cell centre (nearestCellM) and the calibrated estimate is
 // rounded to dispatch.RiderWaitStepS (dispatch.RiderWait), so no series of estimates locates a driver
 // closer than his cell.
@@ -154,7 +155,7 @@ func (s *Service) quote(ctx context.Context, riderID string, pickup, dropoff dis
 	if err != nil {
 		return nil, err
 	}
-	if w, ok := dispatch.EstimateWait(s.riderMatchS(rd.MatchDelayS), near, s.cfg.RoadFactor, s.cfg.AvgSpeedMPS); ok {
+	if w, ok := dispatch.EstimateWait(s.riderMatchS(rd.MatchDelayS), near, rd.DrivePace.SecondsPerMetre(s.cfg.RoadFactor, s.cfg.AvgSpeedMPS)); ok {
 		w = dispatch.RiderWait(dispatch.Calibrate(w, rd.WaitCalibrationS))
 		q.Wait = &w
 	}
@@ -319,7 +320,7 @@ func (s *Service) Wait(ctx context.Context, pickup dispatch.Point, since time.Ti
 		return nil, err
 	}
 	waited := math.Max(0, dispatch.RiderSeconds(s.cfg.Now().Sub(since), s.cfg.SimSpeedup))
-	w, ok := dispatch.EstimateWait(math.Max(0, s.riderMatchS(rd.MatchDelayS)-waited), near, s.cfg.RoadFactor, s.cfg.AvgSpeedMPS)
+	w, ok := dispatch.EstimateWait(math.Max(0, s.riderMatchS(rd.MatchDelayS)-waited), near, rd.DrivePace.SecondsPerMetre(s.cfg.RoadFactor, s.cfg.AvgSpeedMPS))
 	if !ok {
 		return nil, nil
 	}

@@ -139,8 +139,13 @@ func (s *Store) Apply(ctx context.Context, fx dispatch.Effects) (ApplyReport, er
 		}
 	}
 	for _, w := range fx.WaitErrors {
-		if err := s.RecordWaitError(ctx, w.Pickup, w.RequestedAt, w.ErrS); err != nil {
+		if err := s.RecordWaitError(ctx, w.Pickup, w.RequestedAt, w.ResidualS); err != nil {
 			errs = append(errs, fmt.Errorf("record wait error: %w", err))
+		}
+	}
+	for _, d := range fx.DriveSamples {
+		if err := s.RecordDriveSample(ctx, d); err != nil {
+			errs = append(errs, fmt.Errorf("record drive sample: %w", err))
 		}
 	}
 	if len(errs) > 0 {

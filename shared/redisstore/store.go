@@ -53,6 +53,9 @@
 //	                     written by every ping (a driver who sets himself offline leaves it), pruned by
 //	                     the health mark: the population the offline brake counts
 //	P matchdelay         hash ewma (seconds from a ride's request to its accept, an EWMA), n (samples)
+//	P drivepace          hash s, m, n: the drive pace learned from pickups (mean seconds accept →
+//	                     pickup, mean straight-line metres at the offer; RecordDriveSample), TTL
+//	                     WaitCalibrationTTL
 //	P waitcal:{cell}:{hour}, P waitcal:city:{hour}
 //	                     hash e, n: the wait calibration of a cell (or the city) at an hour of day
 //	                     (RecordWaitError), TTL WaitCalibrationTTL

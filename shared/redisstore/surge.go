@@ -17,6 +17,7 @@ func (s *Store) surgeDemandKey(cell string) string { return s.prefix + "surge:de
 func (s *Store) surgeMultKey(cell string) string   { return s.prefix + "surge:mult:" + cell }
 func (s *Store) quoteKey(id string) string         { return s.prefix + "quote:" + id }
 func (s *Store) matchDelayKey() string             { return s.prefix + "matchdelay" }
+func (s *Store) drivePaceKey() string              { return s.prefix + "drivepace" }
 
 // demandAddScript records one ride request in a cell's demand (scripts/demand_add.lua).
 var demandAddScript = loadScript(nowLua, "demand_add.lua")
@@ -64,6 +65,8 @@ type SurgeRead struct {
 	// WaitCalibrationS is the wait calibration of the pickup's cell (or the city's) at this hour
 	// of day (RecordWaitError), seconds; 0 without data.
 	WaitCalibrationS float64
+	// DrivePace is the drive pace learned from pickups (RecordDriveSample); zero before any.
+	DrivePace dispatch.DrivePace
 }
 
 // ReadSurge reads, in one pipelined round trip: the demand of cell within window, the available
@@ -93,6 +96,7 @@ func (s *Store) ReadSurge(ctx context.Context, surge bool, cell string, box disp
 		WithDist:       true,
 	})
 	delay := pipe.HGet(ctx, s.matchDelayKey(), "ewma")
+	pace := pipe.HMGet(ctx, s.drivePaceKey(), "s", "m", "n")
 	cal := s.waitCalCmds(ctx, pipe, pickup, time.Now())
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return SurgeRead{}, unavailable(err)
@@ -120,7 +124,36 @@ func (s *Store) ReadSurge(ctx context.Context, surge bool, cell string, box disp
 	if v, err := delay.Float64(); err == nil && v > 0 {
 		out.MatchDelayS = v
 	}
+	out.DrivePace = drivePaceOf(pace.Val())
 	return out, nil
+}
+
+// drivePaceOf is the drive pace of the answer to HMGET drivepace s m n; zero when absent.
+func drivePaceOf(vals []any) dispatch.DrivePace {
+	if len(vals) != 3 {
+		return dispatch.DrivePace{}
+	}
+	ss, _ := vals[0].(string)
+	ms, _ := vals[1].(string)
+	ns, _ := vals[2].(string)
+	n, _ := strconv.Atoi(ns)
+	return dispatch.DrivePace{DriveS: f64(ss), DistM: f64(ms), N: n}
+}
+
+// drivePaceScript folds one pickup into the learned drive pace (scripts/drive_pace.lua).
+var drivePaceScript = loadScript("drive_pace.lua")
+
+// RecordDriveSample folds one driver's drive to his pickup (seconds in the riders' time, and his
+// straight-line distance in metres when offered) into the learned drive pace, weight
+// dispatch.DrivePaceAlpha (dispatch.FoldDrivePace); a sample that is not a finite number ≥ 0 is
+// not sent.
+func (s *Store) RecordDriveSample(ctx context.Context, d dispatch.DriveSample) error {
+	if dispatch.FoldDrivePace(dispatch.DrivePace{}, d.DriveS, d.DistM).N == 0 {
+		return nil
+	}
+	return unavailable(drivePaceScript.Run(ctx, s.rdb, []string{s.drivePaceKey()},
+		strconv.FormatFloat(d.DriveS, 'f', 3, 64), strconv.FormatFloat(d.DistM, 'f', 3, 64),
+		strconv.FormatFloat(dispatch.DrivePaceAlpha, 'f', -1, 64), int64(WaitCalibrationTTL.Seconds())).Err())
 }
 
 // surgeStoreScript stores a cell's new multiplier compare-and-set on the time of the one it was

@@ -13,8 +13,8 @@ import (
 // Wait calibration keys, for the geohash cell C of a pickup (dispatch.SurgeCellPrecision) and the
 // hour of day H (0..23, UTC) of its request:
 //
-//	P waitcal:{C}:{H}      hash e (the calibration, seconds: dispatch.FoldWaitError of the errors of
-//	                       the waits quoted there), n (samples); TTL WaitCalibrationTTL
+//	P waitcal:{C}:{H}      hash e (the calibration, seconds: dispatch.FoldWaitResidual of the
+//	                       residuals of the waits quoted there), n (samples); TTL WaitCalibrationTTL
 //	P waitcal:city:{H}     the same over the whole city, the fallback of a cell with fewer than
 //	                       dispatch.WaitCalibrationMinSamples samples
 func (s *Store) waitCalKey(cell string, hour int) string {
@@ -28,17 +28,17 @@ const waitCalCity = "city"
 // day keeps what the same hour taught on the days before.
 const WaitCalibrationTTL = 7 * 24 * time.Hour
 
-// waitCalScript folds one quoted wait's error into a calibration (scripts/wait_cal.lua).
+// waitCalScript folds one pickup's residual into a calibration (scripts/wait_cal.lua).
 var waitCalScript = loadScript("wait_cal.lua")
 
-// RecordWaitError folds errS, the actual request → pickup time of a ride less the wait it was
-// quoted (seconds), into the calibration of its pickup's cell and of the city at the hour of day
+// RecordWaitError folds residualS, the actual request → pickup time of a ride less the wait it was
+// quoted without its calibration part (seconds; dispatch.FoldWaitResidual), into the calibration of its pickup's cell and of the city at the hour of day
 // of its request (UTC), in one pipelined round trip (one script per key).
-func (s *Store) RecordWaitError(ctx context.Context, pickup dispatch.Point, requestedAt time.Time, errS float64) error {
+func (s *Store) RecordWaitError(ctx context.Context, pickup dispatch.Point, requestedAt time.Time, residualS float64) error {
 	cell, hour := dispatch.Geohash(pickup, dispatch.SurgeCellPrecision), requestedAt.UTC().Hour()
 	pipe := s.rdb.Pipeline()
 	for _, c := range []string{cell, waitCalCity} {
-		waitCalScript.Eval(ctx, pipe, []string{s.waitCalKey(c, hour)}, strconv.FormatFloat(errS, 'f', 3, 64),
+		waitCalScript.Eval(ctx, pipe, []string{s.waitCalKey(c, hour)}, strconv.FormatFloat(residualS, 'f', 3, 64),
 			strconv.FormatFloat(dispatch.WaitCalibrationAlpha, 'f', -1, 64), int64(WaitCalibrationTTL.Seconds()))
 	}
 	_, err := pipe.Exec(ctx)
