@@ -33,11 +33,12 @@ func TestChaosShort(t *testing.T) {
 		t.Skip("chaos run")
 	}
 	o := chaosTestOptions(t)
-	// The drain (50 s wall) keeps the drivers pinging more than two heartbeat TTLs after the last
-	// fault: the replay's end silences every driver at once, which the offline brake holds, so
-	// only a driver whose deadline (an outage's end + 2 × TTL at the latest) comes before it is
-	// judged (replay truthInput.silentOutage).
-	o.Minutes, o.Drivers, o.Speedup, o.Drain = 2.5, 150, 4, 200*time.Second
+	// The drain (80 s wall) keeps the drivers pinging more than two heartbeat TTLs after the last
+	// fault (every kind is injected at least once, the last about 75 s in): the replay's end
+	// silences every driver at once, which the offline brake holds, so only a driver whose deadline
+	// (an outage's end + 2 × TTL at the latest) comes before it is judged (replay
+	// truthInput.silentOutage).
+	o.Minutes, o.Drivers, o.Speedup, o.Drain = 2.5, 150, 4, 320*time.Second
 	o.FaultInterval = 3500 * time.Millisecond
 	o.MaxFaults = 30
 	o.HeartbeatTTL, o.RedisStop, o.InvariantEvery, o.OfflineProbPerHour = 12*time.Second, 15*time.Second, 5*time.Second, 0.9
