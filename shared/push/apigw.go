@@ -304,11 +304,11 @@ func (m *Management) do(ctx context.Context, method, connectionID string, body [
 		if err == nil {
 			return answer, nil
 		}
-		if ctx.Err() != nil {
-			return nil, err
-		}
 		if status != 0 && !retryable(status) || attempt >= m.maxAttempts {
 			return nil, err
+		}
+		if ctx.Err() != nil { // ended while the attempt ran: no retry, and the answer says why
+			return nil, fmt.Errorf("%w (retry abandoned: %v)", err, ctx.Err())
 		}
 		// Full jitter (AWS Architecture Blog, "Exponential Backoff And Jitter").
 		ceiling := min(m.retryCap, m.retryBase<<(attempt-1))
