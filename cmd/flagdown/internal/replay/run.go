@@ -173,6 +173,7 @@ loop:
 			heap.Pop(&s.events).(event).fn()
 		}
 		s.pingDue(t)
+		s.watchSilence(time.Now())
 		if prog != nil {
 			prog.update(time.Now(), t+warmup, s.progressCounts)
 		}

@@ -112,6 +112,11 @@ type sim struct {
 	// pendingRides counts, per ride, the actions on it without a final answer yet.
 	pendingRides  map[string]int
 	actionRetries int
+	// silentSpans are the spans in which the replay itself left most of its pinging drivers
+	// without an answered ping for half a heartbeat TTL (watchSilence); silentChecked when it
+	// last looked.
+	silentSpans   []Outage
+	silentChecked time.Time
 }
 
 // maxExamples caps each list of example errors the summary keeps.

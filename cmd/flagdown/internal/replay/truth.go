@@ -105,6 +105,9 @@ type truthInput struct {
 	// brake may engage on the replay's own end (silentOutage).
 	fleetSilent time.Time
 	pingGap     time.Duration
+	// selfSilent are the spans in which the replay left most of its drivers silent (watchSilence):
+	// outages for the deadlines, kept apart so that Rejudge's outages do not replace them.
+	selfSilent []Outage
 }
 
 // silentOutage is the outage the replay's end makes of itself: when it stops, every driver falls
@@ -271,10 +274,11 @@ func judge(in truthInput) GroundTruth {
 		}
 	}
 	g.FalseOfflineDrivers = len(falseOffline)
-	outages := in.outages
+	outages := append(append([]Outage{}, in.outages...), in.selfSilent...)
+	g.Outages = append(append([]Outage{}, g.Outages...), in.selfSilent...)
 	if o, ok := in.silentOutage(); ok {
-		outages = append(append([]Outage{}, outages...), o)
-		g.Outages = append(append([]Outage{}, g.Outages...), o)
+		outages = append(outages, o)
+		g.Outages = append(g.Outages, o)
 	}
 	var lat []float64
 	for _, d := range in.drivers {
@@ -468,6 +472,14 @@ func (s *sim) truthInput() truthInput {
 	in.pingGap = time.Duration(float64(gap) / s.opts.Speedup)
 	if s.opts.Outages != nil {
 		in.outages = s.opts.Outages()
+	}
+	// The spans the replay itself went silent in (watchSilence); one still open at the end is
+	// closed there (the replay's end is silentOutage's).
+	for _, o := range s.silentSpans {
+		if o.To.IsZero() {
+			o.To = s.pingsEnded
+		}
+		in.selfSilent = append(in.selfSilent, o)
 	}
 	for _, d := range s.drivers {
 		in.drivers = append(in.drivers, driverTruth{id: d.id, stopped: d.stoppedWall, signedOff: d.signsOff && !d.stoppedWall.IsZero(),

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -117,5 +118,64 @@ func TestJudgeFleetSilentAtTheEnd(t *testing.T) {
 	if g.MissedOfflineDrivers != 1 || g.OfflineJudged != 1 {
 		t.Errorf("missed %d of %d judged (examples %v), want 1 of 1: only the driver whose deadline came before the "+
 			"fleet's silence could engage the brake", g.MissedOfflineDrivers, g.OfflineJudged, g.Examples)
+	}
+}
+
+// A span in which the replay itself left most drivers silent (a loaded client or platform: the
+// offline brake holds it as a mass lapse) is an outage for the deadlines: a driver who stopped
+// inside it is judged against its end + 2 × TTL, and Rejudge's outages do not replace it.
+func TestJudgeReplaySilentSpanIsAnOutage(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	in := truthInput{
+		ttl: 10 * time.Second, grace: 2 * time.Second, judgedAt: at(300),
+		drivers: []driverTruth{
+			{id: "inside", stopped: at(100), lastPingOK: at(100)}, // deadline 112 falls in the silent span
+			{id: "after", stopped: at(200), lastPingOK: at(200)},  // deadline 212: judged as usual
+		},
+		presence: map[string]string{"inside": "available", "after": "available"},
+		decisions: []offlineDecision{
+			{kind: "driver_offline", driverID: "inside", at: at(140)}, // 15 s after the span's end: within 2 × TTL
+		},
+		selfSilent: []Outage{{What: "replay_silent", From: at(104), To: at(125)}},
+	}
+	g := judge(in)
+	if g.MissedOfflineDrivers != 1 || g.OfflineJudged != 2 {
+		t.Errorf("missed %d of %d judged (examples %v), want 1 of 2: the driver decided within 2 × TTL after the silent span is not missed",
+			g.MissedOfflineDrivers, g.OfflineJudged, g.Examples)
+	}
+	if len(g.Examples["missed_offline_drivers"]) != 1 || !strings.HasPrefix(g.Examples["missed_offline_drivers"][0], "after") {
+		t.Errorf("missed examples %v, want only the driver who stopped after the span", g.Examples["missed_offline_drivers"])
+	}
+	in.selfSilent = nil
+	if g := judge(in); g.MissedOfflineDrivers != 2 {
+		t.Errorf("without the silent span missed %d, want 2 (the test must tell the two apart)", g.MissedOfflineDrivers)
+	}
+}
+
+// watchSilence opens a span when at least SilentShare of the pinging drivers have had no answered
+// ping for half a TTL, and closes it when they have again.
+func TestWatchSilenceRecordsTheReplaysOwnSilence(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	o := DefaultOptions()
+	o.HeartbeatTTL = 10 * time.Second
+	s := &sim{opts: o}
+	for i := range 10 {
+		last := now.Add(-time.Second)
+		if i < 6 {
+			last = now.Add(-6 * time.Second) // past half the TTL
+		}
+		s.drivers = append(s.drivers, &driver{lastPingOK: last})
+	}
+	s.watchSilence(now)
+	if len(s.silentSpans) != 1 || !s.silentSpans[0].To.IsZero() {
+		t.Fatalf("6 of 10 silent: spans %v, want one open", s.silentSpans)
+	}
+	for _, d := range s.drivers {
+		d.lastPingOK = now.Add(time.Second)
+	}
+	s.watchSilence(now.Add(time.Second))
+	if len(s.silentSpans) != 1 || s.silentSpans[0].To.IsZero() {
+		t.Fatalf("all answered again: spans %v, want the span closed", s.silentSpans)
 	}
 }
