@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/redisstore"
@@ -20,12 +22,7 @@ import (
 func TestClientStopsSendingToARedisThatDoesNotAnswer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	r := testkit.StartPrivateRedis(t)
-	rdb, err := redisstore.Open(ctx, r.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rdb.Close() })
+	r, rdb := openPrivate(t)
 
 	for range 20 { // answers that are errors never stop the client
 		if err := rdb.Get(ctx, "breaker:missing").Err(); err == nil {
@@ -79,6 +76,19 @@ func TestClientStopsSendingToARedisThatDoesNotAnswer(t *testing.T) {
 	})
 }
 
+// openPrivate starts a private redis-server and opens a client of it as the platform does
+// (redisstore.Open, breaker included), closed when t ends.
+func openPrivate(t *testing.T) (*testkit.PrivateRedis, redis.UniversalClient) {
+	t.Helper()
+	r := testkit.StartPrivateRedis(t)
+	rdb, err := redisstore.Open(context.Background(), r.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	return r, rdb
+}
+
 func errString(err error) string {
 	if err == nil {
 		return "nil"
@@ -92,12 +102,7 @@ func errString(err error) string {
 func TestClientKeepsSendingToARedisThatAnswersSome(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	r := testkit.StartPrivateRedis(t)
-	rdb, err := redisstore.Open(ctx, r.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rdb.Close() })
+	_, rdb := openPrivate(t)
 	expired, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
 	defer cancel()
 	for i := range 200 {
