@@ -141,7 +141,7 @@ type Summary struct {
 	WallSeconds float64 `json:"wall_seconds"`
 
 	rideIDs []string
-	inHand  map[string]bool // rides the replay's drivers held when it stopped
+	inHand  map[string]bool // rides the replay's drivers held when it stopped, or that await their driver's offline decision
 }
 
 func newSummary(o Options) *Summary {
@@ -208,6 +208,12 @@ func (r *run) check(ctx context.Context) error {
 			r.sum.Failures = append(r.sum.Failures, err.Error())
 		} else {
 			r.sum.takeGroundTruth(r.replaySum.GroundTruth)
+		}
+		// A ride whose driver dropped offline before starting it waits, ACCEPTED, for the platform
+		// to take him offline; while his deadline is not judged (the replay's end engaged the
+		// offline brake before it), it waits for a reason.
+		for _, id := range r.replaySum.RidesAwaitingOffline() {
+			r.sum.inHand[id] = true
 		}
 	}
 	rep, err := invariants.CheckDeployment(ctx, r.checkConfig(), d.DB, d.Redis, r.opts.Grace)

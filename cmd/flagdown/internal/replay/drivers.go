@@ -303,6 +303,18 @@ func (s *sim) abandon(d *driver, r *ride) {
 	r.abandonedBy = d.id
 }
 
+// ridesAbandoned maps each ride whose latest accept was abandoned, and not accepted since, to the
+// driver who abandoned it (Summary.ridesAbandoned).
+func (s *sim) ridesAbandoned() map[string]string {
+	out := map[string]string{}
+	for id, r := range s.rides {
+		if r.abandoned && r.abandonedBy != "" {
+			out[id] = r.abandonedBy
+		}
+	}
+	return out
+}
+
 // rideEnded makes d available again after his ride ended (completed or given up), unless his drop
 // offline was due meanwhile.
 func (s *sim) rideEnded(d *driver) {

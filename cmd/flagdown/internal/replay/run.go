@@ -210,6 +210,7 @@ loop:
 	for id := range s.pendingRides {
 		sum.RidesInHand = append(sum.RidesInHand, id)
 	}
+	sum.ridesAbandoned = s.ridesAbandoned()
 	var truthErr error
 	if !interrupted && opts.GroundTruth {
 		if truthErr = s.groundTruthInto(ctx, sum); ctx.Err() != nil {

@@ -401,6 +401,9 @@ type Summary struct {
 	// RidesInHand are the rides a simulated driver still held (accepting, driving to the pickup or
 	// the dropoff) when the replay stopped: they are ACCEPTED or IN_PROGRESS for a reason.
 	RidesInHand []string `json:"-"`
+	// ridesAbandoned maps each ride whose latest accept was abandoned (its driver dropped offline
+	// before starting it, and nobody accepted it since) to that driver.
+	ridesAbandoned map[string]string
 	// truth is the replay's side of its ground truth (Rejudge).
 	truth truthInput
 	// TripsInWindow is how many trips of the file fall in the replay window.
@@ -610,4 +613,23 @@ func (s *Summary) WriteTable(w io.Writer) {
 	for _, e := range s.ErrorExamples {
 		fmt.Fprintf(w, "  error: %s\n", e)
 	}
+}
+
+// RidesAwaitingOffline are the rides whose driver dropped offline before starting them while the
+// platform was not yet bound to take him offline: the ground truth did not judge his deadline (an
+// outage not over, or the replay's own end, holds every offline decision; docs/resilience.md, the
+// offline brake). They stay ACCEPTED with reason until his deadline is judged (Rejudge), as the
+// rides of RidesInHand do.
+func (s *Summary) RidesAwaitingOffline() []string {
+	if s.GroundTruth == nil {
+		return nil
+	}
+	var ids []string
+	for id, d := range s.ridesAbandoned {
+		if s.GroundTruth.unjudged[d] {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
 }

@@ -158,6 +158,10 @@ type GroundTruth struct {
 	AnswersDuringOutages map[string]map[string]OutageAnswers `json:"answers_during_outages"`
 	// Examples holds a few ids per count (false_offline_drivers, ...).
 	Examples map[string][]string `json:"examples"`
+	// unjudged are the drivers who stopped (sign-offs excluded) whose deadline was not judged: an
+	// outage not over, or the replay's own end (silentOutage), holds their offline decision, or
+	// the deadline came after the read.
+	unjudged map[string]bool
 }
 
 // Failures names the counts of g that are not 0.
@@ -288,6 +292,10 @@ func judge(in truthInput) GroundTruth {
 		g.DriversStopped++
 		dl, ok := deadline(d, outages, in.ttl, in.grace)
 		if !ok || dl.After(in.judgedAt) {
+			if g.unjudged == nil {
+				g.unjudged = map[string]bool{}
+			}
+			g.unjudged[d.id] = true
 			continue
 		}
 		g.OfflineJudged++

@@ -179,3 +179,29 @@ func TestWatchSilenceRecordsTheReplaysOwnSilence(t *testing.T) {
 		t.Fatalf("all answered again: spans %v, want the span closed", s.silentSpans)
 	}
 }
+
+// A ride whose driver dropped offline before starting it stays ACCEPTED until the platform takes
+// him offline; while the ground truth does not judge his deadline (here the replay's own end holds
+// it), the ride awaits that decision for a reason. One abandoned by a driver whose deadline is
+// judged does not.
+func TestRidesAwaitingOfflineFollowTheUnjudgedDrivers(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	in := truthInput{
+		ttl: 10 * time.Second, grace: 2 * time.Second, judgedAt: at(300), fleetSilent: at(280), pingGap: time.Second,
+		drivers: []driverTruth{
+			{id: "before", stopped: at(265), lastPingOK: at(265)}, // deadline 277: judged
+			{id: "held", stopped: at(275), lastPingOK: at(275)},   // deadline 287: held by the replay's end
+			{id: "pinging"},
+		},
+		presence: map[string]string{"before": "offline", "held": "available", "pinging": "available"},
+	}
+	g := judge(in)
+	s := &Summary{GroundTruth: &g, ridesAbandoned: map[string]string{"r-before": "before", "r-held": "held"}}
+	if got := s.RidesAwaitingOffline(); len(got) != 1 || got[0] != "r-held" {
+		t.Errorf("rides awaiting offline = %v, want [r-held]: only the driver the replay's end holds leaves his ride waiting", got)
+	}
+	if got := (&Summary{ridesAbandoned: s.ridesAbandoned}).RidesAwaitingOffline(); got != nil {
+		t.Errorf("without a ground truth: %v, want none", got)
+	}
+}
