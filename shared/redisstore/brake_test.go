@@ -188,3 +188,42 @@ func TestAnOutageIsNotAMassLapse(t *testing.T) {
 		t.Errorf("presence of the driver who stopped, a TTL after Redis came back = %+v, want lapsed", p)
 	}
 }
+
+// A gap while the brake holds (the sweeper or Redis away for a moment: a loaded host) is no
+// evidence that the mass lapse ended: the drivers the brake holds are still silent, so it keeps
+// holding them. Before, the gap's new healthy period left them out of the population (their
+// deadlines came before it), the population was 0, the brake was released, and a TTL later every
+// driver it had held was taken offline at once (121 false offline decisions in one loaded chaos
+// run, the replay's drivers still pinging as far as the replay knew).
+func TestAGapWhileBrakedKeepsTheBrake(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	markLongHealthy(t, s)
+	ids := fleet(t, s, "d", 30)
+	now := redisNow(t, s)
+	for i, id := range ids[:20] {
+		lapseAt(t, s, id, now.Add(-time.Duration(i)*50*time.Millisecond))
+	}
+	markHealthy(t, s, redisstore.HealthSteady)
+	if !braked(t, s) {
+		t.Fatalf("P health has no brake after a mass lapse, want it engaged")
+	}
+	// The sweeper's previous mark is 5 s old: the next one sees a gap.
+	if err := s.Client().HSet(ctx, s.Prefix()+"health", "seen", redisNow(t, s).Add(-5*time.Second).UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h := markHealthy(t, s, redisstore.HealthGap)
+	if !h.Brake || !braked(t, s) {
+		t.Errorf("a gap while braked released the brake (lapsing %d of %d), want it held: the drivers it holds are still silent",
+			h.Lapsing, h.Population)
+	}
+	// A TTL after the gap, the drivers it held are still held, not lapsed.
+	if err := s.Client().HSet(ctx, s.Prefix()+"health", "since", redisNow(t, s).Add(-s.HeartbeatTTL-time.Second).UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	markHealthy(t, s, redisstore.HealthSteady)
+	if p := presence(t, s, ids[1]); p.State != redisstore.PresenceUnknown || p.Reason != "mass_lapse" {
+		t.Errorf("presence of a held driver a TTL after the gap = %+v, want unknown (mass_lapse)", p)
+	}
+}
