@@ -23,7 +23,8 @@
 -- zone whose nodes are mostly NotReady): the population is the drivers whose heartbeat deadline is
 -- less than a TTL ago or ahead (they pinged within the last two TTLs); lapsing are those among them
 -- whose deadline is less than half a TTL ahead (silent for more than half a TTL) or passed; a
--- deadline before since (it fell inside an outage: unknown, lapse.lua) counts in neither. When
+-- deadline before since (it fell inside an outage: unknown, lapse.lua) counts in neither, except
+-- while the brake holds (a gap then is no evidence that the mass lapse ended). When
 -- lapsing >= brake_share × population and the population is at least brake_min, the drivers did not
 -- all leave at once: the platform lost them, and no offline decision is taken while the brake holds.
 -- While it holds, the window starts a TTL before the brake engaged, so the drivers it holds stay
@@ -55,9 +56,12 @@ local start = now - hb_ttl_ms
 if brake then start = math.min(start, brake - hb_ttl_ms) end
 redis.call('ZREMRANGEBYSCORE', hbidx_key, '-inf', '(' .. start)
 -- A deadline before since fell inside an outage (of Redis or of its observer): whether that driver
--- lapsed is unknown (lapse.lua defers him a TTL), so he is counted neither way.
+-- lapsed is unknown (lapse.lua defers him a TTL), so he is counted neither way. Not while the brake
+-- holds: the drivers it holds lapsed before the gap and are still silent, and leaving them out
+-- would empty the population and release the brake on no evidence (a TTL later every driver it
+-- held would be taken offline at once).
 local low = '(' .. start
-if since > start then low = since end
+if since > start and not brake then low = since end
 local population = redis.call('ZCOUNT', hbidx_key, low, '+inf')
 local lapsing = redis.call('ZCOUNT', hbidx_key, low, '(' .. (now + math.floor(hb_ttl_ms / 2)))
 local mass = brake_share > 0 and population >= brake_min and lapsing >= brake_share * population

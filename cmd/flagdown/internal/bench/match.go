@@ -140,12 +140,11 @@ func (r *runner) match(ctx context.Context) error {
 	rdb := d.Redis.Client()
 	prefix := st.cfg.RedisPrefix
 
-	// Ceiling of memory: the same members in a bare GEO set (the index alone).
+	// Ceiling of memory: the same members in a bare GEO set (the index alone), measured with
+	// MEMORY USAGE of that one key (every element counted): an INFO used_memory delta on a Redis
+	// other clients use moves with what they write or free meanwhile (a loaded test run measured
+	// it negative).
 	geoN := min(100_000, fleets[len(fleets)-1])
-	m0, err := usedMemory(ctx, d)
-	if err != nil {
-		return err
-	}
 	rawKey := prefix + "rawgeo"
 	for i := 0; i < geoN; i += 1000 {
 		pipe := rdb.Pipeline()
@@ -157,12 +156,12 @@ func (r *runner) match(ctx context.Context) error {
 			return err
 		}
 	}
-	m1, err := usedMemory(ctx, d)
+	rawBytes, err := rdb.MemoryUsage(ctx, rawKey, 0).Result()
 	if err != nil {
 		return err
 	}
 	rdb.Unlink(ctx, rawKey)
-	rawPerMember := float64(m1-m0) / float64(geoN)
+	rawPerMember := float64(rawBytes) / float64(geoN)
 	time.Sleep(200 * time.Millisecond) // let the lazy free finish before the next baseline
 
 	fn := match.New(d)
@@ -328,7 +327,7 @@ func (r *runner) match(ctx context.Context) error {
 	dlBytes, _ := rdb.MemoryUsage(ctx, d.Redis.DeadlinesKey(), 0).Result()
 	total := perDriver
 	row := Row{Section: "memory", Name: fmt.Sprintf("Redis per online driver (%s drivers)", fleetName(seeded)), Value: total, Unit: "B/driver",
-		Ceiling: "bare GEOADD of the same members", CeilingValue: rawPerMember, Target: "≤ 300 B", Met: met(total <= 300),
+		Ceiling: "bare GEOADD of the same members (MEMORY USAGE)", CeilingValue: rawPerMember, Target: "≤ 300 B", Met: met(total <= 300),
 		Note: fmt.Sprintf("INFO used_memory delta %.0f (the ping budget is a field of the hash); MEMORY USAGE per driver: hash+heartbeat %.0f, GEO set %.0f, deadlines %.0f",
 			perDriver, float64(keyBytes)/float64(sample), float64(geoBytes)/float64(seeded), float64(dlBytes)/float64(seeded))}
 	r.rep.add(row)
