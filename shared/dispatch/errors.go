@@ -5,6 +5,9 @@ package dispatch
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"syscall"
 )
 
 // Code classifies an error. The HTTP layer maps each code to exactly one status (shared/httpx).
@@ -128,20 +131,30 @@ func (e *Error) With(key string, value any) *Error {
 	return e
 }
 
-// ErrorCode returns the code of err: its own if it is or wraps an *Error, CodeInternal otherwise.
-func ErrorCode(err error) Code {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Code
-	}
-	return CodeInternal
-}
+// ErrorCode returns the code of err: its own if it is or wraps an *Error, CodeUnavailable for an
+// unclassified lost or refused connection (connectionLost), CodeInternal otherwise.
+func ErrorCode(err error) Code { return AsError(err).Code }
 
-// AsError returns err as an *Error, wrapping unknown errors as CodeInternal.
+// AsError returns err as an *Error: itself if it is or wraps one; an unclassified lost or refused
+// connection to a dependency (connectionLost) as CodeUnavailable; any other unknown error as
+// CodeInternal.
 func AsError(err error) *Error {
 	var e *Error
 	if errors.As(err, &e) {
 		return e
 	}
+	if connectionLost(err) {
+		return Unavailable("a dependency", err)
+	}
 	return Internal(err)
+}
+
+// connectionLost reports whether err is a failure of the connection to a dependency rather than of
+// the request: a dial or read that failed at the network (a *net.OpError: refused, reset, timed
+// out), a connection reset or refused, or one cut in the middle of an answer (io.ErrUnexpectedEOF,
+// as when PostgreSQL crashes mid-query). Trying again later may succeed.
+func connectionLost(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }
