@@ -47,7 +47,7 @@ func (r *run) checkNotifications(ctx context.Context, after string) string {
 }
 
 // monitor checks the invariants every InvariantEvery while the run goes on (invariants.Check with
-// duringGrace, from its own connections), and records per invariant the largest count a round found. A
+// Grace, from its own connections), and records per invariant the largest count a round found. A
 // round is skipped while an outage is under way and for Grace after it (Redis or the platform was
 // away: what they hold is being rebuilt, which Grace already allows for once they are back) and
 // when the check cannot reach the stores. It returns the function that stops it.
@@ -87,7 +87,7 @@ func (r *run) monitor(ctx context.Context) func() {
 				}
 			}
 			cctx, c := context.WithTimeout(ctx, 30*time.Second)
-			rep, err := invariants.CheckDeployment(cctx, r.checkConfig(), d.DB, d.Redis, r.duringGrace())
+			rep, err := invariants.CheckDeployment(cctx, r.checkConfig(), d.DB, d.Redis, r.opts.Grace)
 			c()
 			if err != nil || r.inOutage(0) {
 				// Unreadable, or an outage began meanwhile: the round proves nothing.
@@ -112,18 +112,6 @@ func (r *run) monitor(ctx context.Context) func() {
 		}
 	}()
 	return func() { cancel(); wg.Wait() }
-}
-
-// duringGrace is the grace of the invariant checks during the run: Options.Grace, and at least
-// what reconcile needs to repair a divergence whose effect never reached Redis (a Redis command
-// that timed out on a loaded host, a breaker open): it waits FLAGDOWN_RECONCILE_GRACE, then up to
-// one interval for its next pass, and one more when that pass is late or stops at an unanswered
-// command (the next one resumes). With the defaults, 5 s + 2 × 5 s = 15 s where Options.Grace is 10 s,
-// which left no room for a pass that takes any time at all: a loaded CI run counted one driver whose
-// Redis state was behind PostgreSQL's (fence_behind, driver_ride_mismatch, offer_lock_not_pending,
-// 1 each) in one round, repaired by the end.
-func (r *run) duringGrace() time.Duration {
-	return max(r.opts.Grace, r.cfg.ReconcileGrace+2*r.opts.ReconcileInterval)
 }
 
 // during changes the summary's during-run figures under the run's lock.
