@@ -65,6 +65,15 @@ func TestChaosShort(t *testing.T) {
 			sum.DuringInvariants, sum.FalseOfflineDrivers, sum.MissedOfflineDrivers, sum.FalseReopens, sum.FalseTripAlerts,
 			sum.AckedNotReflected, sum.DeadLetters)
 	}
+	if sum != nil && len(sum.Failures) > 0 {
+		// What to trace a failure from, since the summary file goes with the test's folder.
+		var ground map[string][]string
+		if sum.GroundTruth != nil {
+			ground = sum.GroundTruth.Examples
+		}
+		t.Logf("chaos: examples: stuck %v, during the run %v, at the end %v, ground truth %v, outages %v",
+			sum.RidesStuckExamples, sum.DuringExamples, sum.InvariantExamples, ground, sum.Outages)
+	}
 	if sum != nil && sum.GroundTruth != nil && sum.GroundTruth.DriversStopped > 0 && sum.GroundTruth.OfflineJudged == 0 {
 		t.Errorf("the ground truth judged none of the %d drivers who stopped: a missed offline driver could not be found",
 			sum.GroundTruth.DriversStopped)
