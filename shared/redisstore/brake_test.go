@@ -63,6 +63,20 @@ func braked(t *testing.T, s *redisstore.Store) bool {
 	return n
 }
 
+// massLapse pings a fleet of 30 on a Redis long healthy, makes the first 20 lapse within a second
+// of each other, marks Redis healthy (the brake's judgement) and returns the 30 ids.
+func massLapse(t *testing.T, s *redisstore.Store) []string {
+	t.Helper()
+	markLongHealthy(t, s)
+	ids := fleet(t, s, "d", 30)
+	now := redisNow(t, s)
+	for i, id := range ids[:20] {
+		lapseAt(t, s, id, now.Add(-time.Duration(i)*50*time.Millisecond))
+	}
+	markHealthy(t, s, redisstore.HealthSteady)
+	return ids
+}
+
 func TestASingleLapseAmongManyIsTakenOffline(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
@@ -78,15 +92,9 @@ func TestASingleLapseAmongManyIsTakenOffline(t *testing.T) {
 func TestAMassLapseTakesNobodyOffline(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
-	markLongHealthy(t, s)
-	ids := fleet(t, s, "d", 30)
 	// 20 of 30 (67 %) lapse within a second of each other, as when their pings stop reaching the
 	// platform; one of them (ids[0]) really left.
-	now := redisNow(t, s)
-	for i, id := range ids[:20] {
-		lapseAt(t, s, id, now.Add(-time.Duration(i)*50*time.Millisecond))
-	}
-	markHealthy(t, s, redisstore.HealthSteady)
+	ids := massLapse(t, s)
 	if !braked(t, s) {
 		t.Errorf("P health has no brake after a mass lapse, want it engaged")
 	}
@@ -199,13 +207,7 @@ func TestAGapWhileBrakedKeepsTheBrake(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t)
-	markLongHealthy(t, s)
-	ids := fleet(t, s, "d", 30)
-	now := redisNow(t, s)
-	for i, id := range ids[:20] {
-		lapseAt(t, s, id, now.Add(-time.Duration(i)*50*time.Millisecond))
-	}
-	markHealthy(t, s, redisstore.HealthSteady)
+	ids := massLapse(t, s)
 	if !braked(t, s) {
 		t.Fatalf("P health has no brake after a mass lapse, want it engaged")
 	}

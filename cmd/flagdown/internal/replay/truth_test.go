@@ -102,22 +102,27 @@ func TestDeadline(t *testing.T) {
 // before it). A driver whose deadline falls after that is not judged (the run itself holds him);
 // one whose deadline falls before it is.
 func TestJudgeFleetSilentAtTheEnd(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	// TTL 10 s, pings at most 1 s apart, the replay's pings end at 280: the brake may engage from
-	// 280 + 5 - 1 = 284 on.
-	in := truthInput{
-		ttl: 10 * time.Second, grace: 2 * time.Second, judgedAt: at(300), fleetSilent: at(280), pingGap: time.Second,
-		drivers: []driverTruth{
-			{id: "before", stopped: at(265), lastPingOK: at(265)}, // deadline 277: judged
-			{id: "held", stopped: at(275), lastPingOK: at(275)},   // deadline 287: the run's own brake holds him
-		},
-		presence: map[string]string{"before": "available", "held": "available"},
-	}
-	g := judge(in)
+	g := judge(fleetSilentAtTheEnd())
 	if g.MissedOfflineDrivers != 1 || g.OfflineJudged != 1 {
 		t.Errorf("missed %d of %d judged (examples %v), want 1 of 1: only the driver whose deadline came before the "+
 			"fleet's silence could engage the brake", g.MissedOfflineDrivers, g.OfflineJudged, g.Examples)
+	}
+}
+
+// fleetSilentAtTheEnd is a ground truth input with a TTL of 10 s, pings at most 1 s apart and the
+// replay's pings ending at 280 s (the brake may engage from 280 + 5 − 1 = 284 s on), read at 300 s:
+// driver "before" stopped at 265 s (deadline 277 s: judged), "held" at 275 s (deadline 287 s: the
+// run's own brake holds him); both still available.
+func fleetSilentAtTheEnd() truthInput {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	return truthInput{
+		ttl: 10 * time.Second, grace: 2 * time.Second, judgedAt: at(300), fleetSilent: at(280), pingGap: time.Second,
+		drivers: []driverTruth{
+			{id: "before", stopped: at(265), lastPingOK: at(265)},
+			{id: "held", stopped: at(275), lastPingOK: at(275)},
+		},
+		presence: map[string]string{"before": "available", "held": "available"},
 	}
 }
 
@@ -185,17 +190,10 @@ func TestWatchSilenceRecordsTheReplaysOwnSilence(t *testing.T) {
 // it), the ride awaits that decision for a reason. One abandoned by a driver whose deadline is
 // judged does not.
 func TestRidesAwaitingOfflineFollowTheUnjudgedDrivers(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	in := truthInput{
-		ttl: 10 * time.Second, grace: 2 * time.Second, judgedAt: at(300), fleetSilent: at(280), pingGap: time.Second,
-		drivers: []driverTruth{
-			{id: "before", stopped: at(265), lastPingOK: at(265)}, // deadline 277: judged
-			{id: "held", stopped: at(275), lastPingOK: at(275)},   // deadline 287: held by the replay's end
-			{id: "pinging"},
-		},
-		presence: map[string]string{"before": "offline", "held": "available", "pinging": "available"},
-	}
+	// The fleet of TestJudgeFleetSilentAtTheEnd: "before" is judged, "held" is held by the
+	// replay's end.
+	in := fleetSilentAtTheEnd()
+	in.presence["before"] = "offline"
 	g := judge(in)
 	s := &Summary{GroundTruth: &g, ridesAbandoned: map[string]string{"r-before": "before", "r-held": "held"}}
 	if got := s.RidesAwaitingOffline(); len(got) != 1 || got[0] != "r-held" {
