@@ -16,12 +16,20 @@ type WaitSample struct {
 	// Cell is the geohash of the pickup at dispatch.SurgeCellPrecision (the cell the platform's
 	// calibration keeps its correction in).
 	Cell string
-	// RequestedAt and ArrivedAt are when the ride was requested and when its driver reached the
-	// pickup, simulated time since the window opened.
-	RequestedAt, ArrivedAt time.Duration
+	// RequestedAt, AcceptedAt and ArrivedAt are when the ride was requested, when its driver's
+	// accept was answered and when he reached the pickup, simulated time since the window opened.
+	RequestedAt, AcceptedAt, ArrivedAt time.Duration
 	// QuotedS is the wait the rider was quoted (est_wait_s), seconds in the riders' time
 	// (simulated: the platform runs with FLAGDOWN_SIM_SPEEDUP = the replay's speed-up).
 	QuotedS float64
+	// QuotedMatchS, QuotedDriveS and QuotedCalibrationS are the quote's parts (wait_match_s,
+	// wait_drive_s, wait_calibration_s), seconds; nil when the platform did not give them.
+	QuotedMatchS, QuotedDriveS, QuotedCalibrationS *float64
+}
+
+// hasParts reports whether w's quote came with its three parts.
+func (w WaitSample) hasParts() bool {
+	return w.QuotedMatchS != nil && w.QuotedDriveS != nil && w.QuotedCalibrationS != nil
 }
 
 // ActualS is the wait that happened: request → driver at the pickup, simulated seconds.
@@ -63,6 +71,24 @@ type WaitErrorReport struct {
 	MAERatio               float64 `json:"mae_ratio"`
 	// ByMinute is the error per simulated minute of the requests, in minute order.
 	ByMinute []WaitErrorMinute `json:"by_minute"`
+	// Parts is where the error comes from, over the rides quoted with their parts; nil when none was.
+	Parts *WaitPartErrors `json:"parts,omitempty"`
+}
+
+// WaitPartErrors judges each part of the quote against the stretch of the wait it predicts: the
+// match part against request → accept, the drive part against accept → arrival at the pickup.
+// Signed errors are quoted − actual, simulated seconds (> 0: the part was too long).
+type WaitPartErrors struct {
+	// Count is the rides judged (quoted with their parts).
+	Count int `json:"count"`
+	// MatchMAES and MatchSignedS are the match part's mean absolute and mean signed error.
+	MatchMAES    float64 `json:"match_mae_s"`
+	MatchSignedS float64 `json:"match_signed_s"`
+	// DriveMAES and DriveSignedS are the drive part's mean absolute and mean signed error.
+	DriveMAES    float64 `json:"drive_mae_s"`
+	DriveSignedS float64 `json:"drive_signed_s"`
+	// CalibrationMeanS is the mean calibration part quoted: what the learned correction added.
+	CalibrationMeanS float64 `json:"calibration_mean_s"`
 }
 
 // WaitErrors measures the quoted waits of samples against what happened, per simulated minute of
@@ -127,6 +153,7 @@ func WaitErrors(samples []WaitSample) WaitErrorReport {
 	}
 	n := float64(len(samples))
 	rep.Count, rep.MAES, rep.MeanSignedS = len(samples), absSum/n, signedSum/n
+	rep.Parts = partErrors(samples)
 	if rep.BaselineCount > 0 {
 		b := float64(rep.BaselineCount)
 		rep.BaselineMAES, rep.EstimateMAEOnBaselineS = baseAbs/b, estAbsOnBase/b
@@ -146,6 +173,30 @@ func WaitErrors(samples []WaitSample) WaitErrorReport {
 	return rep
 }
 
+// partErrors judges the parts of the quotes of samples that have them (WaitPartErrors); nil when
+// none has.
+func partErrors(samples []WaitSample) *WaitPartErrors {
+	var p WaitPartErrors
+	for _, w := range samples {
+		if !w.hasParts() {
+			continue
+		}
+		em := *w.QuotedMatchS - (w.AcceptedAt - w.RequestedAt).Seconds()
+		ed := *w.QuotedDriveS - (w.ArrivedAt - w.AcceptedAt).Seconds()
+		p.Count++
+		p.MatchMAES, p.MatchSignedS = p.MatchMAES+math.Abs(em), p.MatchSignedS+em
+		p.DriveMAES, p.DriveSignedS = p.DriveMAES+math.Abs(ed), p.DriveSignedS+ed
+		p.CalibrationMeanS += *w.QuotedCalibrationS
+	}
+	if p.Count == 0 {
+		return nil
+	}
+	n := float64(p.Count)
+	p.MatchMAES, p.MatchSignedS, p.DriveMAES, p.DriveSignedS = p.MatchMAES/n, p.MatchSignedS/n, p.DriveMAES/n, p.DriveSignedS/n
+	p.CalibrationMeanS /= n
+	return &p
+}
+
 // waitSamples are the rides of s the wait estimate is judged on (WaitSample).
 func (s *sim) waitSamples() []WaitSample {
 	var out []WaitSample
@@ -155,7 +206,8 @@ func (s *sim) waitSamples() []WaitSample {
 			continue
 		}
 		cell := dispatch.Geohash(dispatch.Point{Lat: r.pickup.Lat, Lng: r.pickup.Lng}, dispatch.SurgeCellPrecision)
-		out = append(out, WaitSample{Cell: cell, RequestedAt: r.requestedAt, ArrivedAt: r.arrivedAt, QuotedS: *q.EstWaitS})
+		out = append(out, WaitSample{Cell: cell, RequestedAt: r.requestedAt, AcceptedAt: r.acceptedAt, ArrivedAt: r.arrivedAt,
+			QuotedS: *q.EstWaitS, QuotedMatchS: q.WaitMatchS, QuotedDriveS: q.WaitDriveS, QuotedCalibrationS: q.WaitCalibrationS})
 	}
 	return out
 }
@@ -168,6 +220,10 @@ func (r *WaitErrorReport) writeRows(row func(k, f string, a ...any)) {
 	row("wait estimate error", "MAE %.1f s, mean signed (quoted − actual) %+.1f s simulated (n=%d)", r.MAES, r.MeanSignedS, r.Count)
 	row("wait baseline (per-cell mean)", "MAE %.1f s against the estimate's %.1f s on the same rides: ratio %.2f (n=%d)",
 		r.BaselineMAES, r.EstimateMAEOnBaselineS, r.MAERatio, r.BaselineCount)
+	if p := r.Parts; p != nil {
+		row("wait error by part", "match (request → accept) MAE %.1f / signed %+.1f s, drive (accept → pickup) MAE %.1f / signed %+.1f s, calibration mean %+.1f s (n=%d)",
+			p.MatchMAES, p.MatchSignedS, p.DriveMAES, p.DriveSignedS, p.CalibrationMeanS, p.Count)
+	}
 	var b strings.Builder
 	for _, m := range r.ByMinute {
 		fmt.Fprintf(&b, " %d:%.0f/%+.0f", m.Minute, m.MAES, m.MeanSignedS)
