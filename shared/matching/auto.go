@@ -19,7 +19,8 @@ import (
 
 // Reasons of a Decision (the reason label of metrics.MatchModeDecisions).
 const (
-	// ReasonLone: the ride has at most one candidate near it; holding it cannot improve anything.
+	// ReasonLone: the ride has at most one candidate near it and no other ride was requested from
+	// its area; holding it cannot improve anything.
 	ReasonLone = "lone"
 	// ReasonAmple: candidates per recent request at or above AutoParams.AmpleRatio.
 	ReasonAmple = "ample"
@@ -106,8 +107,11 @@ func (d Decision) Mode() string {
 
 // Decide is the adaptive matching rule for a ride in an area of load whose mode was prev, at now:
 //
-//  1. a ride with at most one candidate is offered at once (ReasonLone), and the area keeps its
-//     mode: holding it cannot improve its assignment;
+//  1. a ride with at most one candidate and no other request in its area is offered at once
+//     (ReasonLone), and the area keeps its mode: holding it cannot improve its assignment. With
+//     other requests competing it is judged by the ratio like any other (0 or 1 candidates for
+//     several requests is scarce): in a window the next freed driver goes to the nearest of the
+//     waiting rides, where offering each at once sends the far drivers to whoever asked first;
 //  2. otherwise the area's target mode is greedy when the recent time to match is above
 //     MaxMatchDelayS (ReasonSlow) or the candidates per request reach AmpleRatio (ReasonAmple),
 //     batch when they are at most ScarceRatio with at least two requests (ReasonScarce), and the
@@ -120,7 +124,7 @@ func Decide(p AutoParams, load AreaLoad, prev AreaMode, now time.Time) Decision 
 	if cur.Mode != config.MatchBatch {
 		cur.Mode = config.MatchGreedy
 	}
-	if load.Candidates <= 1 {
+	if lone(load) {
 		return Decision{Batch: false, Area: cur, Reason: ReasonLone}
 	}
 	req := max(1, load.Requests)
@@ -147,6 +151,9 @@ func Decide(p AutoParams, load AreaLoad, prev AreaMode, now time.Time) Decision 
 	}
 	return Decision{Batch: next.Mode == config.MatchBatch, Area: next, Reason: reason}
 }
+
+// lone reports whether a ride of load is alone with at most one candidate (ReasonLone).
+func lone(load AreaLoad) bool { return load.Candidates <= 1 && load.Requests <= 1 }
 
 // neighbourCells are geohash cell c and its eight neighbours at the same precision (fewer at the
 // poles or for an invalid c).
@@ -179,8 +186,8 @@ func neighbourCells(c string) []string {
 // decideAuto is the adaptive choice for ride (see Decide): it reads the area of the ride's pickup
 // (redisstore.ReadArea, one round trip), reuses the area's mode while it was decided less than a
 // batch window ago (one decision per area and window), and otherwise decides, stores the area's mode
-// and logs the decision and its inputs as one line. A ride with at most one candidate is offered at
-// once without touching its area's state. Every decision taken, and every such ride, is counted in
+// and logs the decision and its inputs as one line. A lone ride (at most one candidate, no other
+// request) is offered at once without touching its area's state. Every decision taken, and every such ride, is counted in
 // metrics.MatchModeDecisions. It reports whether the ride joins the next window.
 func (m *Matcher) decideAuto(ctx context.Context, ride *dispatch.Ride) (bool, error) {
 	a := m.p.Auto
@@ -192,7 +199,7 @@ func (m *Matcher) decideAuto(ctx context.Context, ride *dispatch.Ride) (bool, er
 	now := m.now()
 	prev := AreaMode{Mode: rd.Mode, Since: time.UnixMilli(rd.SinceMs)}
 	load := AreaLoad{Candidates: rd.Drivers, Requests: rd.Requests, MatchDelayS: rd.MatchDelayS}
-	if load.Candidates <= 1 { // a ride's own case: the area's state and its window's decision stay
+	if lone(load) { // a ride's own case: the area's state and its window's decision stay
 		metrics.MatchModeDecisions.WithLabelValues(config.MatchGreedy, ReasonLone).Inc()
 		m.log.Debug("match mode decision", "cell", cell, "mode", config.MatchGreedy, "reason", ReasonLone,
 			"candidates", rd.Drivers, "ride_id", ride.ID)

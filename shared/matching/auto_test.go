@@ -26,8 +26,13 @@ func TestDecide(t *testing.T) {
 		reason   string
 		sinceNow bool // the area entered its mode now
 	}{
-		{"no candidate: at once", AreaLoad{Candidates: 0, Requests: 9}, long, false, config.MatchBatch, ReasonLone, false},
-		{"one candidate: at once, area kept", AreaLoad{Candidates: 1, Requests: 9}, long, false, config.MatchBatch, ReasonLone, false},
+		{"no candidate, alone: at once, area kept", AreaLoad{Candidates: 0, Requests: 1}, long, false, config.MatchBatch, ReasonLone, false},
+		{"one candidate, alone: at once, area kept", AreaLoad{Candidates: 1, Requests: 1}, long, false, config.MatchBatch, ReasonLone, false},
+		{"no request counted (surge off), one candidate: at once", AreaLoad{Candidates: 1, Requests: 0}, longG, false, config.MatchGreedy, ReasonLone, false},
+		// Scarce supply: a ride with no candidate near and others competing waits for the window,
+		// where the next freed driver goes to the nearest of them (not to whichever asked first).
+		{"no candidate, crowded area: scarce", AreaLoad{Candidates: 0, Requests: 9}, longG, true, config.MatchBatch, ReasonScarce, true},
+		{"one candidate, crowded batch area: stays batch", AreaLoad{Candidates: 1, Requests: 9}, long, true, config.MatchBatch, ReasonScarce, false},
 		{"new area, scarce", AreaLoad{Candidates: 3, Requests: 6}, AreaMode{}, true, config.MatchBatch, ReasonScarce, true},
 		{"new area, ample", AreaLoad{Candidates: 12, Requests: 2}, AreaMode{}, false, config.MatchGreedy, ReasonAmple, true},
 		{"new area, in the band: greedy", AreaLoad{Candidates: 4, Requests: 2}, AreaMode{}, false, config.MatchGreedy, ReasonHold, true},
