@@ -38,14 +38,14 @@ func TestComparisonTable(t *testing.T) {
 	t.Parallel()
 	c := &Comparison{Rows: []ModeRow{
 		rowOf("greedy", &Summary{PickupDistanceMeanM: 1859.4, MatchRate: 0.697, RidesMatched: 697, RidesRequested: 1000,
-			TimeToMatchP95S: 123, TimeToMatchP99S: 180, TimeToMatchMaxS: 240,
+			TimeToMatchP95S: 123, TimeToMatchP99S: 180, TimeToMatchMaxS: 240, PickupWaitP95S: 301, PickupWaitP99S: 402,
 			WaitErrors: &WaitErrorReport{MAES: 14.2, MeanSignedS: -3.1, BaselineMAES: 30, MAERatio: 0.47}}),
 		{Mode: "auto", PickupMeanM: 800, Decisions: map[string]float64{"greedy": 30, "batch": 10}, Err: "invariants: 1 violation"},
 	}}
 	var b bytes.Buffer
 	c.WriteTable(&b)
 	out := b.String()
-	for _, want := range []string{"1859 m", "69.7 % (697/1000)", "123 / 180 / 240 s", "14.2 / -3.1 s", "30.0 s (0.47)",
+	for _, want := range []string{"1859 m", "69.7 % (697/1000)", "123 / 180 / 240 s", "301 / 402 s", "14.2 / -3.1 s", "30.0 s (0.47)",
 		"greedy 75 %, batch 25 % (n=40)", "auto: invariants: 1 violation"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)

@@ -241,8 +241,8 @@ func TestSummaryJSONKeys(t *testing.T) {
 
 func TestSummaryFromRides(t *testing.T) {
 	s := &sim{opts: DefaultOptions(), rides: map[string]*ride{}, conflictReasons: map[string]int{}, httpErrors: map[string]int{}}
-	s.rides["a"] = &ride{requested: true, requestedAt: 10 * time.Second, offered: true, accepted: true, acceptedAt: 16 * time.Second, pickupDistM: 300, completed: true}
-	s.rides["b"] = &ride{requested: true, requestedAt: 20 * time.Second, offered: true, accepted: true, acceptedAt: 30 * time.Second, pickupDistM: 500}
+	s.rides["a"] = &ride{requested: true, requestedAt: 10 * time.Second, offered: true, accepted: true, acceptedAt: 16 * time.Second, arrivedAt: 70 * time.Second, pickupDistM: 300, completed: true}
+	s.rides["b"] = &ride{requested: true, requestedAt: 20 * time.Second, offered: true, accepted: true, acceptedAt: 30 * time.Second, pickupDistM: 500} // still on his way
 	s.rides["c"] = &ride{requested: true, offered: true}
 	s.rides["d"] = &ride{requested: true}
 	s.rides["other"] = &ride{offered: true, accepted: true} // offered to our driver, not created by us
@@ -254,6 +254,10 @@ func TestSummaryFromRides(t *testing.T) {
 	}
 	if sum.TimeToMatchP50S != 6 || sum.TimeToMatchP99S != 10 || sum.PickupDistanceMeanM != 400 || sum.PickupDistanceP95M != 500 {
 		t.Fatalf("ttm %v/%v dist %v/%v", sum.TimeToMatchP50S, sum.TimeToMatchP99S, sum.PickupDistanceMeanM, sum.PickupDistanceP95M)
+	}
+	// The pickup wait counts the rides whose driver got there: a's 60 s (request 10 s → pickup 70 s).
+	if sum.PickupWaitCount != 1 || sum.PickupWaitP50S != 60 || sum.PickupWaitP99S != 60 {
+		t.Errorf("pickup wait n %d p50 %v p99 %v, want 1, 60, 60", sum.PickupWaitCount, sum.PickupWaitP50S, sum.PickupWaitP99S)
 	}
 }
 

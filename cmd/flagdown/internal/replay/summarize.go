@@ -66,7 +66,7 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 	if due := sum.PingsSent + sum.PingsSavedBySendRule; due > 0 {
 		sum.SendRuleSavedPct = 100 * float64(sum.PingsSavedBySendRule) / float64(due)
 	}
-	var ttm, dist []float64
+	var ttm, dist, pw []float64
 	for id, r := range s.rides {
 		if !r.requested {
 			continue
@@ -83,6 +83,9 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 			sum.RidesMatched++
 			ttm = append(ttm, max(0, (r.acceptedAt-r.requestedAt).Seconds()))
 			dist = append(dist, r.pickupDistM)
+			if r.arrivedAt > 0 {
+				pw = append(pw, max(0, (r.arrivedAt-r.requestedAt).Seconds()))
+			}
 		}
 		if r.completed {
 			sum.RidesCompleted++
@@ -121,6 +124,8 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 	sum.TimeToMatchCount = len(ttm)
 	sum.TimeToMatchP50S, sum.TimeToMatchP95S, sum.TimeToMatchP99S = Percentile(ttm, 50), Percentile(ttm, 95), Percentile(ttm, 99)
 	sum.TimeToMatchMaxS = Percentile(ttm, 100)
+	sum.PickupWaitCount = len(pw)
+	sum.PickupWaitP50S, sum.PickupWaitP95S, sum.PickupWaitP99S = Percentile(pw, 50), Percentile(pw, 95), Percentile(pw, 99)
 	sum.PickupDistanceCount = len(dist)
 	sum.PickupDistanceMeanM, sum.PickupDistanceP50M, sum.PickupDistanceP95M = Mean(dist), Percentile(dist, 50), Percentile(dist, 95)
 	sum.OfferLatencyCount = len(s.offerLatMs)

@@ -193,6 +193,15 @@ type Summary struct {
 	TimeToMatchP99S float64 `json:"time_to_match_p99_s"`
 	// TimeToMatchMaxS is the longest, simulated seconds (the longest a matched rider waited).
 	TimeToMatchMaxS float64 `json:"time_to_match_max_s"`
+	// PickupWaitCount is the number of rides behind the pickup_wait percentiles: matched rides
+	// whose driver reached the pickup before the replay ended (a ride still on its way is left out).
+	PickupWaitCount int `json:"pickup_wait_count"`
+	// PickupWaitP50S, P95S and P99S are the rider's wait from order-create to his driver at the
+	// pickup (time to match plus the drive), simulated seconds: what a rider waits, where time to
+	// match leaves out a far driver's drive.
+	PickupWaitP50S float64 `json:"pickup_wait_p50_s"`
+	PickupWaitP95S float64 `json:"pickup_wait_p95_s"`
+	PickupWaitP99S float64 `json:"pickup_wait_p99_s"`
 
 	// PickupDistanceCount is the number of samples behind the pickup_distance figures.
 	PickupDistanceCount int `json:"pickup_distance_count"`
@@ -533,6 +542,7 @@ func (s *Summary) WriteTable(w io.Writer) {
 	}
 	row("accept conflicts (409)", "%d %v", s.AcceptConflicts, s.AcceptConflictReasons)
 	row("time to match p50/p95/p99", "%.1f / %.1f / %.1f s simulated (n=%d)", s.TimeToMatchP50S, s.TimeToMatchP95S, s.TimeToMatchP99S, s.TimeToMatchCount)
+	row("pickup wait p50/p95/p99", "%.1f / %.1f / %.1f s simulated (n=%d, request → driver at the pickup)", s.PickupWaitP50S, s.PickupWaitP95S, s.PickupWaitP99S, s.PickupWaitCount)
 	row("pickup distance mean/p50/p95", "%.0f / %.0f / %.0f m (n=%d)", s.PickupDistanceMeanM, s.PickupDistanceP50M, s.PickupDistanceP95M, s.PickupDistanceCount)
 	row("offer latency p50/p99", "%.0f / %.0f ms wall (n=%d, offered at the first attempt)", s.OfferLatencyP50Ms, s.OfferLatencyP99Ms, s.OfferLatencyCount)
 	if s.Push {
