@@ -39,8 +39,10 @@ func TestCalibrate(t *testing.T) {
 	if w.TotalS != 85 || w.CalibrationS != -35.3 {
 		t.Errorf("%+v, want total 85 s, calibration -35.3 s", w)
 	}
-	if w := dispatch.Calibrate(dispatch.WaitEstimate{DriveS: 10}, -50); w.TotalS != 0 {
-		t.Errorf("%+v, want total 0, never negative", w)
+	// The total never goes below 0; the calibration part is then what was applied (the parts add
+	// up to the total), so the quote's distance-based part is still known when it is judged.
+	if w := dispatch.Calibrate(dispatch.WaitEstimate{DriveS: 10}, -50); w.TotalS != 0 || w.CalibrationS != -10 {
+		t.Errorf("%+v, want total 0, calibration -10 (as applied)", w)
 	}
 }
 
@@ -54,7 +56,7 @@ func TestRiderWaitKeepsCalibration(t *testing.T) {
 	}{
 		{cal: 40, wantCal: 45, wantTotal: 165},   // 30 + 90 + 45
 		{cal: -37, wantCal: -30, wantTotal: 90},  // 30 + 90 - 30
-		{cal: -500, wantCal: -495, wantTotal: 0}, // never negative
+		{cal: -500, wantCal: -120, wantTotal: 0}, // never negative: the part as applied
 		{cal: 0, wantCal: 0, wantTotal: 120},
 	} {
 		w := dispatch.RiderWait(dispatch.Calibrate(dispatch.WaitEstimate{MatchS: 31, DriveS: 94}, c.cal))
