@@ -63,15 +63,17 @@ func RoundWaitS(s float64) float64 {
 
 // RiderWait is w as a rider is quoted it: the match and drive parts rounded with RoundWaitS, the
 // calibration (which depends on the cell and the hour, never on a driver) rounded to the nearest
-// multiple of RiderWaitStepS with its sign, and the total the sum of the rounded parts, at least 0.
+// multiple of RiderWaitStepS with its sign and at least −(match + drive) (the part as applied, so
+// the total, their sum, is at least 0).
 func RiderWait(w WaitEstimate) WaitEstimate {
 	m, d := RoundWaitS(w.MatchS), RoundWaitS(w.DriveS)
 	c := 0.0
 	if !math.IsNaN(w.CalibrationS) && !math.IsInf(w.CalibrationS, 0) {
 		c = math.Round(w.CalibrationS/RiderWaitStepS) * RiderWaitStepS
 	}
+	c = math.Max(c, -(m + d)) // as applied: the parts add up to the total (Calibrate)
 	if c == 0 {
 		c = 0 // no negative zero in the answer
 	}
-	return WaitEstimate{MatchS: m, DriveS: d, CalibrationS: c, TotalS: math.Max(0, m+d+c)}
+	return WaitEstimate{MatchS: m, DriveS: d, CalibrationS: c, TotalS: m + d + c}
 }

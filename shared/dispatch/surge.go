@@ -198,7 +198,7 @@ type WaitEstimate struct {
 	// pickup's cell at this hour of day missed without their calibration; FoldWaitResidual,
 	// Calibrate).
 	CalibrationS float64
-	// TotalS is MatchS + DriveS + CalibrationS rounded to whole seconds, at least 0.
+	// TotalS is MatchS + DriveS + CalibrationS rounded to whole seconds, at least 0 (Calibrate).
 	TotalS float64
 }
 
@@ -226,11 +226,17 @@ func FoldWaitResidual(cur float64, n int, residualS float64) float64 {
 	return cur + math.Max(WaitCalibrationAlpha, 1/float64(n+1))*(residualS-cur)
 }
 
-// Calibrate is w with calibration calS (seconds) added: CalibrationS set, TotalS recomputed.
+// Calibrate is w with calibration calS (seconds) added: CalibrationS set, TotalS recomputed. The
+// total is never below 0, and CalibrationS is the part as applied: a calibration that would take
+// the total below 0 is only −(MatchS + DriveS), so the parts always add up to the total and the
+// distance-based part of a quote is known when its pickup is folded (FoldWaitResidual), also for a
+// quote the calibration took to 0 (leaving those out would keep a calibration that undershoots
+// from learning from the very rides it misquotes).
 func Calibrate(w WaitEstimate, calS float64) WaitEstimate {
 	if math.IsNaN(calS) || math.IsInf(calS, 0) {
 		calS = 0
 	}
+	calS = math.Max(calS, -(w.MatchS + w.DriveS))
 	w.CalibrationS = math.Round(calS*10) / 10
 	w.TotalS = math.Max(0, math.Round(w.MatchS+w.DriveS+calS))
 	return w

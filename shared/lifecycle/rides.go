@@ -217,14 +217,11 @@ func (s *Service) decline(ctx context.Context, tx pgx.Tx, ride *dispatch.Ride, d
 // and matched in one round (never re-opened: the quote was for its first round), the time from its
 // request to the start in the riders' seconds (dispatch.RiderSeconds with simSpeedup, the seconds
 // the quote is in) less the quoted wait without its calibration part. It feeds the wait
-// calibration (dispatch.FoldWaitResidual). A quote without a recorded calibration part (made
-// before it was recorded), or one clamped at 0 by a negative calibration, has no known
-// distance-based part and gives none.
+// calibration (dispatch.FoldWaitResidual). The calibration part is recorded as applied
+// (dispatch.Calibrate), so a quote the calibration took to 0 s teaches it too. A quote without a
+// recorded calibration part (made before it was recorded) gives none.
 func waitError(ride *dispatch.Ride, to dispatch.RideStatus, at time.Time, simSpeedup float64) (dispatch.WaitError, bool) {
 	if to != dispatch.RideInProgress || ride.QuotedWaitS == nil || ride.QuotedWaitCalS == nil || ride.CreatedAt.IsZero() || !ride.MatchStartedAt.Equal(ride.CreatedAt) {
-		return dispatch.WaitError{}, false
-	}
-	if *ride.QuotedWaitS <= 0 && *ride.QuotedWaitCalS < 0 {
 		return dispatch.WaitError{}, false
 	}
 	base := *ride.QuotedWaitS - *ride.QuotedWaitCalS
