@@ -25,6 +25,9 @@ type WaitSample struct {
 	// QuotedMatchS, QuotedDriveS and QuotedCalibrationS are the quote's parts (wait_match_s,
 	// wait_drive_s, wait_calibration_s), seconds; nil when the platform did not give them.
 	QuotedMatchS, QuotedDriveS, QuotedCalibrationS *float64
+	// Offers is how many distinct drivers the replay saw offered the ride (1: the first driver
+	// offered accepted it; more: an offer was declined or ignored first).
+	Offers int
 }
 
 // hasParts reports whether w's quote came with its three parts.
@@ -73,6 +76,19 @@ type WaitErrorReport struct {
 	ByMinute []WaitErrorMinute `json:"by_minute"`
 	// Parts is where the error comes from, over the rides quoted with their parts; nil when none was.
 	Parts *WaitPartErrors `json:"parts,omitempty"`
+	// FirstOffer is the error over the rides the first driver offered accepted: what is left of
+	// the error without the declined and ignored offers, which no quote can foresee (an ignored
+	// offer costs its rider the whole offer window: FLAGDOWN_OFFER_WINDOW × the speed-up).
+	FirstOffer WaitErrorSubset `json:"first_offer"`
+}
+
+// WaitErrorSubset is the wait estimate's error over a subset of the judged rides, simulated seconds.
+type WaitErrorSubset struct {
+	// Count is the rides of the subset.
+	Count int `json:"count"`
+	// MAES is their mean absolute error, MeanSignedS their mean quoted − actual.
+	MAES        float64 `json:"mae_s"`
+	MeanSignedS float64 `json:"mean_signed_s"`
 }
 
 // WaitPartErrors judges each part of the quote against the stretch of the wait it predicts: the
@@ -128,6 +144,10 @@ func WaitErrors(samples []WaitSample) WaitErrorReport {
 		a := w.ActualS()
 		e := w.QuotedS - a
 		absSum, signedSum = absSum+math.Abs(e), signedSum+e
+		if w.Offers == 1 {
+			fo := &rep.FirstOffer
+			fo.Count, fo.MAES, fo.MeanSignedS = fo.Count+1, fo.MAES+math.Abs(e), fo.MeanSignedS+e
+		}
 		m := int(w.RequestedAt / time.Minute)
 		row := minutes[m]
 		if row == nil {
@@ -154,6 +174,9 @@ func WaitErrors(samples []WaitSample) WaitErrorReport {
 	n := float64(len(samples))
 	rep.Count, rep.MAES, rep.MeanSignedS = len(samples), absSum/n, signedSum/n
 	rep.Parts = partErrors(samples)
+	if fo := &rep.FirstOffer; fo.Count > 0 {
+		fo.MAES, fo.MeanSignedS = fo.MAES/float64(fo.Count), fo.MeanSignedS/float64(fo.Count)
+	}
 	if rep.BaselineCount > 0 {
 		b := float64(rep.BaselineCount)
 		rep.BaselineMAES, rep.EstimateMAEOnBaselineS = baseAbs/b, estAbsOnBase/b
@@ -207,7 +230,8 @@ func (s *sim) waitSamples() []WaitSample {
 		}
 		cell := dispatch.Geohash(dispatch.Point{Lat: r.pickup.Lat, Lng: r.pickup.Lng}, dispatch.SurgeCellPrecision)
 		out = append(out, WaitSample{Cell: cell, RequestedAt: r.requestedAt, AcceptedAt: r.acceptedAt, ArrivedAt: r.arrivedAt,
-			QuotedS: *q.EstWaitS, QuotedMatchS: q.WaitMatchS, QuotedDriveS: q.WaitDriveS, QuotedCalibrationS: q.WaitCalibrationS})
+			QuotedS: *q.EstWaitS, QuotedMatchS: q.WaitMatchS, QuotedDriveS: q.WaitDriveS, QuotedCalibrationS: q.WaitCalibrationS,
+			Offers: len(r.offeredTo)})
 	}
 	return out
 }
@@ -220,6 +244,8 @@ func (r *WaitErrorReport) writeRows(row func(k, f string, a ...any)) {
 	row("wait estimate error", "MAE %.1f s, mean signed (quoted − actual) %+.1f s simulated (n=%d)", r.MAES, r.MeanSignedS, r.Count)
 	row("wait baseline (per-cell mean)", "MAE %.1f s against the estimate's %.1f s on the same rides: ratio %.2f (n=%d)",
 		r.BaselineMAES, r.EstimateMAEOnBaselineS, r.MAERatio, r.BaselineCount)
+	row("wait error, first offer accepted", "MAE %.1f s, mean signed %+.1f s simulated (n=%d of %d: no offer declined or ignored first)",
+		r.FirstOffer.MAES, r.FirstOffer.MeanSignedS, r.FirstOffer.Count, r.Count)
 	if p := r.Parts; p != nil {
 		row("wait error by part", "match (request → accept) MAE %.1f / signed %+.1f s, drive (accept → pickup) MAE %.1f / signed %+.1f s, calibration mean %+.1f s (n=%d)",
 			p.MatchMAES, p.MatchSignedS, p.DriveMAES, p.DriveSignedS, p.CalibrationMeanS, p.Count)

@@ -53,13 +53,13 @@ func TestWaitErrorsByPart(t *testing.T) {
 	f := func(v float64) *float64 { return &v }
 	rep := WaitErrors([]WaitSample{
 		// match quoted 15, took 30 (−15); drive quoted 60, took 45 (+15); calibration −15
-		{Cell: "A", RequestedAt: sec(0), AcceptedAt: sec(30), ArrivedAt: sec(75), QuotedS: 60,
+		{Cell: "A", RequestedAt: sec(0), AcceptedAt: sec(30), ArrivedAt: sec(75), QuotedS: 60, Offers: 1,
 			QuotedMatchS: f(15), QuotedDriveS: f(60), QuotedCalibrationS: f(-15)},
 		// match quoted 30, took 10 (+20); drive quoted 30, took 60 (−30); calibration +30
-		{Cell: "B", RequestedAt: sec(10), AcceptedAt: sec(20), ArrivedAt: sec(80), QuotedS: 90,
+		{Cell: "B", RequestedAt: sec(10), AcceptedAt: sec(20), ArrivedAt: sec(80), QuotedS: 90, Offers: 2,
 			QuotedMatchS: f(30), QuotedDriveS: f(30), QuotedCalibrationS: f(30)},
 		// no parts: counted overall, not in the parts
-		{Cell: "C", RequestedAt: sec(0), AcceptedAt: sec(5), ArrivedAt: sec(50), QuotedS: 50},
+		{Cell: "C", RequestedAt: sec(0), AcceptedAt: sec(5), ArrivedAt: sec(50), QuotedS: 50, Offers: 1},
 	})
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 	p := rep.Parts
@@ -69,6 +69,10 @@ func TestWaitErrorsByPart(t *testing.T) {
 	if p.Count != 2 || !near(p.MatchMAES, 17.5) || !near(p.MatchSignedS, 2.5) || !near(p.DriveMAES, 22.5) ||
 		!near(p.DriveSignedS, -7.5) || !near(p.CalibrationMeanS, 7.5) {
 		t.Errorf("parts %+v, want n 2, match MAE 17.5 signed +2.5, drive MAE 22.5 signed −7.5, calibration mean +7.5", *p)
+	}
+	// Offered to one driver: A (error −15) and C (error 0); B went to a second driver (error +20).
+	if fo := rep.FirstOffer; fo.Count != 2 || !near(fo.MAES, 7.5) || !near(fo.MeanSignedS, -7.5) {
+		t.Errorf("first offer %+v, want n 2, MAE 7.5, signed −7.5", fo)
 	}
 	if none := WaitErrors([]WaitSample{{Cell: "C", ArrivedAt: sec(50), QuotedS: 50}}); none.Parts != nil {
 		t.Errorf("no ride with parts: parts %+v, want nil", *none.Parts)
