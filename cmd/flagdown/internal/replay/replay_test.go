@@ -255,9 +255,17 @@ func TestSummaryFromRides(t *testing.T) {
 	if sum.TimeToMatchP50S != 6 || sum.TimeToMatchP99S != 10 || sum.PickupDistanceMeanM != 400 || sum.PickupDistanceP95M != 500 {
 		t.Fatalf("ttm %v/%v dist %v/%v", sum.TimeToMatchP50S, sum.TimeToMatchP99S, sum.PickupDistanceMeanM, sum.PickupDistanceP95M)
 	}
-	// The pickup wait counts the rides whose driver got there: a's 60 s (request 10 s → pickup 70 s).
+	// The pickup wait: a's 60 s (request 10 s → pickup 70 s); b, still on the way, is unknown
+	// without the replay's end.
 	if sum.PickupWaitCount != 1 || sum.PickupWaitP50S != 60 || sum.PickupWaitP99S != 60 {
 		t.Errorf("pickup wait n %d p50 %v p99 %v, want 1, 60, 60", sum.PickupWaitCount, sum.PickupWaitP50S, sum.PickupWaitP99S)
+	}
+	// With the end known (120 s), b counts 100 s, a lower bound, and raises the p99.
+	s.simEnded = 120 * time.Second
+	sum = s.summary(4, 0, 2*time.Second)
+	if sum.PickupWaitCount != 2 || sum.PickupWaitOnTheWay != 1 || sum.PickupWaitP50S != 60 || sum.PickupWaitP99S != 100 {
+		t.Errorf("pickup wait n %d (on the way %d) p50 %v p99 %v, want 2 (1), 60, 100",
+			sum.PickupWaitCount, sum.PickupWaitOnTheWay, sum.PickupWaitP50S, sum.PickupWaitP99S)
 	}
 }
 

@@ -163,6 +163,7 @@ loop:
 		s.drainInbox()
 		t := s.now()
 		if t >= end {
+			s.simEnded = t
 			break loop
 		}
 		for nextTrip < len(trips) && trips[nextTrip].PickupTime.Sub(s.t0) <= t {

@@ -54,9 +54,12 @@ type sim struct {
 	origin time.Time // wall time of simulated offset 0 (the first pickup)
 	// pingsEnded is when the replay stopped sending pings (wall; zero while it sends them).
 	pingsEnded time.Time
-	trips      []Trip
-	t0         time.Time // first pickup (real)
-	starts     StartPool // where the drivers' start positions were drawn from
+	// simEnded is the simulated time the replay stopped driving (0 while it drives): a ride whose
+	// driver had not reached the pickup by then has waited at least simEnded − its request.
+	simEnded time.Duration
+	trips    []Trip
+	t0       time.Time // first pickup (real)
+	starts   StartPool // where the drivers' start positions were drawn from
 
 	drivers []*driver
 	rides   map[string]*ride

@@ -83,8 +83,12 @@ func (s *sim) summary(tripsSent, skipped int, pingWall time.Duration) *Summary {
 			sum.RidesMatched++
 			ttm = append(ttm, max(0, (r.acceptedAt-r.requestedAt).Seconds()))
 			dist = append(dist, r.pickupDistM)
-			if r.arrivedAt > 0 {
+			switch {
+			case r.arrivedAt > 0:
 				pw = append(pw, max(0, (r.arrivedAt-r.requestedAt).Seconds()))
+			case s.simEnded > 0: // still on his way: at least until the end
+				pw = append(pw, max(0, (s.simEnded-r.requestedAt).Seconds()))
+				sum.PickupWaitOnTheWay++
 			}
 		}
 		if r.completed {
