@@ -80,10 +80,11 @@ func TestOnePingTouchesExactlyItsBudget(t *testing.T) {
 		}
 	}
 	// The work every applied ping does: the script call, Redis's clock, the driver's fields (his
-	// budget among them), his offer lock, the heartbeat, his hash written and kept, and his entry
-	// in the heartbeat index P hbidx (the population the offline brake counts).
+	// budget among them), his offer lock, the heartbeat, his hash written, and his entry in the
+	// heartbeat index P hbidx (the population the offline brake counts). His hash's expiry is
+	// renewed (PEXPIRE) only when it has grown stale, not by a steady driver's ping.
 	base := func(extra map[string]int) map[string]int {
-		m := map[string]int{"evalsha": 1, "time": 1, "hmget": 1, "get": 1, "set": 1, "hset": 1, "pexpire": 1, "zadd": 1}
+		m := map[string]int{"evalsha": 1, "time": 1, "hmget": 1, "get": 1, "set": 1, "hset": 1, "zadd": 1}
 		maps.Copy(m, extra)
 		return m
 	}
@@ -93,7 +94,7 @@ func TestOnePingTouchesExactlyItsBudget(t *testing.T) {
 		if !res.Applied {
 			t.Fatalf("ping = %+v, want applied", res)
 		}
-		check(t, got, base(map[string]int{"zadd": 2, "geoadd": 1}))
+		check(t, got, base(map[string]int{"zadd": 2, "geoadd": 1, "pexpire": 1}))
 		// The keys it left: the driver's hash and heartbeat, the GEO set, the deadline index and the
 		// heartbeat index;
 		// no key of a rate limiter (the budget is a field of the hash).
@@ -132,6 +133,69 @@ func TestOnePingTouchesExactlyItsBudget(t *testing.T) {
 			t.Fatalf("ping = %+v, want stale", res)
 		}
 		check(t, got, base(nil))
+	})
+	t.Run("expiry grown stale: renewed once", func(t *testing.T) {
+		// Field xp says the hash expires in 23 h: more than a minute short of DriverStateTTL (24 h).
+		if err := rdb.HSet(ctx, "pb:{nyc}:driver:d-1", "xp", strconv.FormatInt(time.Now().Add(23*time.Hour).UnixMilli(), 10)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.PExpire(ctx, "pb:{nyc}:driver:d-1", 23*time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		_, got := one(t, "d-1", dropoff, at.Add(3*time.Minute+time.Second), dispatch.DriverPaused)
+		check(t, got, base(map[string]int{"pexpire": 1}))
+		if ttl := rdb.PTTL(ctx, "pb:{nyc}:driver:d-1").Val(); ttl < 23*time.Hour+59*time.Minute {
+			t.Errorf("hash TTL after the renewing ping = %v, want about 24h", ttl)
+		}
+		_, got = one(t, "d-1", dropoff, at.Add(3*time.Minute+2*time.Second), dispatch.DriverPaused)
+		check(t, got, base(nil))
+	})
+	t.Run("a batch of pings: one script call and one clock read for all", func(t *testing.T) {
+		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var pings []redisstore.Ping
+		for i := range 3 {
+			pings = append(pings, redisstore.Ping{DriverID: "d-1", Position: dropoff, At: at.Add(3*time.Minute + time.Duration(3+i)*time.Second), Status: dispatch.DriverPaused})
+		}
+		res, err := s.ApplyPings(ctx, pings)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			if !r.Applied {
+				t.Errorf("ping %d = %+v, want applied", i, r)
+			}
+		}
+		check(t, commandCounts(t, rdb), map[string]int{"evalsha": 1, "time": 1, "hmget": 3, "get": 3, "set": 3, "hset": 3, "zadd": 3})
+	})
+	t.Run("more pings than one call takes: one call per hundred, answers in order", func(t *testing.T) {
+		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var pings []redisstore.Ping
+		for i := range 250 {
+			st := dispatch.DriverAvailable
+			if i%2 == 1 {
+				st = dispatch.DriverPaused
+			}
+			pings = append(pings, redisstore.Ping{DriverID: "m-" + strconv.Itoa(i), Position: midtown, At: at, Status: st})
+		}
+		res, err := s.ApplyPings(ctx, pings)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res) != len(pings) {
+			t.Fatalf("%d results for %d pings", len(res), len(pings))
+		}
+		for i, r := range res {
+			if !r.Applied || r.Status != pings[i].Status {
+				t.Fatalf("ping %d (%s) = %+v, want applied with his status", i, pings[i].Status, r)
+			}
+		}
+		if got := commandCounts(t, rdb); got["evalsha"] != 3 || got["time"] != 3 {
+			t.Errorf("250 pings ran %d script calls and %d clock reads, want 3 and 3", got["evalsha"], got["time"])
+		}
 	})
 	t.Run("ping past the budget: read, refused, nothing written", func(t *testing.T) {
 		if err := rdb.HSet(ctx, "pb:{nyc}:driver:d-1", "rl", strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)).Err(); err != nil {

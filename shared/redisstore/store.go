@@ -12,7 +12,8 @@
 //	                     (offers let expire), resume (status to restore when a driver on a ride comes
 //	                     back online), hbdl (ms, Redis's clock, when his heartbeat expires), rl
 //	                     (his ping budget's theoretical arrival time, ms, Redis's clock: ping.lua);
-//	                     expires DriverStateTTL after the last ping
+//	                     xp (ms, Redis's clock, when the hash expires, as the last ping set it);
+//	                     expires DriverStateTTL after the last ping that renewed it (ping.lua)
 //	P hb:{id}            heartbeat, value = ping time ms, TTL = heartbeat TTL
 //	P geo:available      GEO set of available drivers (member = driver id; Redis stores lng, lat)
 //	P onride             set of the drivers whose hash holds a ride (reconcile and verify read it)
@@ -102,7 +103,8 @@ type Store struct {
 	// PositionPushInterval is the least time between two position pushes to a ride's rider
 	// (PingResult.PushRide); 0 marks none due.
 	PositionPushInterval time.Duration
-	// DriverStateTTL is how long a driver's hash lives after his last ping (retention).
+	// DriverStateTTL is how long a driver's hash lives after his last ping (retention), less up to a
+	// minute: a ping renews the expiry only when it has grown that stale (ApplyPings).
 	DriverStateTTL time.Duration
 	// PingsPerMin is each driver's ping budget, pings per minute with a burst of as many (0:
 	// unlimited); ApplyPings and SpendPing spend it (field rl of his hash).

@@ -516,10 +516,12 @@ func testStalePingOnlyRefreshesTheHeartbeat(t *testing.T, newStore storeFunc) {
 			at := time.Now().Add(-time.Minute)
 			ping(t, s, "d-1", midtown, at, dispatch.DriverAvailable)
 			before := rdb.HGetAll(ctx, dk).Val()
-			// Age the heartbeat, its deadline entry and the hash, as if time had passed.
+			// Age the heartbeat, its deadline entry and the hash (its expiry and field xp, which says
+			// when the last ping made it expire), as if time had passed.
 			rdb.PExpire(ctx, hb, time.Second)
 			rdb.ZAdd(ctx, s.DeadlinesKey(), redis.Z{Score: 1, Member: hb})
 			rdb.PExpire(ctx, dk, time.Minute)
+			rdb.HSet(ctx, dk, "xp", time.Now().Add(time.Minute).UnixMilli())
 
 			res := ping(t, s, "d-1", soho, at.Add(-c.age), dispatch.DriverPaused)
 			if res.Applied || res.Rejected != "stale" || res.Status != dispatch.DriverAvailable {
