@@ -9,6 +9,7 @@
 # SERVICES_ARGS (extra arguments for services.sh up, e.g. --private), FLAGDOWN_BIN (skip the build and
 # use this binary), FLAGDOWN_JWT_SECRET (the token secret dev and the replay share; default: random per run),
 # FLAGDOWN_SIM_SPEEDUP (default 8: the replay's --speedup, and the platform's riders' seconds per second),
+# FLAGDOWN_OFFER_WINDOW (default 15 s of the riders' time: 1875ms at 8x),
 # FLAGDOWN_MATCH_MODE (greedy or batch: flagdown dev matches with it, and the replay, which reads the same
 # environment, names it in its summary as match_mode).
 set -euo pipefail
@@ -62,7 +63,15 @@ export FLAGDOWN_DB_SCHEMA="${FLAGDOWN_DB_SCHEMA:-demo}" FLAGDOWN_REDIS_PREFIX="$
 # The replay runs in simulated time (--speedup, default 8): the platform's wait estimate is in the
 # riders' seconds only when FLAGDOWN_SIM_SPEEDUP says the same (the replay warns when they differ).
 export FLAGDOWN_SIM_SPEEDUP="${FLAGDOWN_SIM_SPEEDUP:-8}"
+# The offer window in the riders' seconds too: a driver has 15 simulated seconds to answer, as a real
+# one has 15 s (15 s of wall time would cost a rider whose offer is ignored 2 simulated minutes at
+# 8x); at least 1 s. FLAGDOWN_OFFER_WINDOW overrides it.
+if [ -z "${FLAGDOWN_OFFER_WINDOW:-}" ]; then
+	FLAGDOWN_OFFER_WINDOW="$(awk -v s="$FLAGDOWN_SIM_SPEEDUP" 'BEGIN { ms = int(15000 / s + 0.5); if (ms < 1000) ms = 1000; print ms "ms" }')"
+	export FLAGDOWN_OFFER_WINDOW
+fi
 log "demo data: PostgreSQL schema $FLAGDOWN_DB_SCHEMA, Redis prefix $FLAGDOWN_REDIS_PREFIX (make dev uses public and flagdown:)"
+log "offer window $FLAGDOWN_OFFER_WINDOW (15 s of the riders' time at ${FLAGDOWN_SIM_SPEEDUP}x unless FLAGDOWN_OFFER_WINDOW was set)"
 
 pick_addr
 BASE_URL="http://$URL_HOST"
