@@ -8,11 +8,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -83,6 +85,9 @@ type ModeRow struct {
 	// Decisions counts flagdown_match_mode_decisions_total by decided mode (auto only), as the
 	// platform's GET /metrics gave it at the end.
 	Decisions map[string]float64 `json:"decisions,omitempty"`
+	// DecisionReasons counts the same decisions by "mode/reason" (e.g. "batch/scarce"), so a run
+	// shows which rule of matching.Decide chose each mode.
+	DecisionReasons map[string]float64 `json:"decision_reasons,omitempty"`
 	// Summary is the run's whole summary.
 	Summary *Summary `json:"summary,omitempty"`
 }
@@ -137,6 +142,17 @@ func (c *Comparison) WriteTable(w io.Writer) {
 		}
 	}
 	tw.Flush()
+	for _, r := range c.Rows {
+		if len(r.DecisionReasons) == 0 {
+			continue
+		}
+		keys := slices.Sorted(maps.Keys(r.DecisionReasons))
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = fmt.Sprintf("%s %.0f", k, r.DecisionReasons[k])
+		}
+		fmt.Fprintf(w, "%s decisions by reason: %s\n", r.Mode, strings.Join(parts, ", "))
+	}
 }
 
 // WriteJSON writes c as indented JSON to path.
@@ -149,9 +165,9 @@ func (c *Comparison) WriteJSON(path string) error {
 }
 
 // ParseDecisions sums the samples of flagdown_match_mode_decisions_total in a Prometheus text
-// exposition by their mode label.
-func ParseDecisions(r io.Reader) (map[string]float64, error) {
-	out := map[string]float64{}
+// exposition by their mode label (byMode) and by "mode/reason" (byReason).
+func ParseDecisions(r io.Reader) (byMode, byReason map[string]float64, err error) {
+	byMode, byReason = map[string]float64{}, map[string]float64{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
@@ -165,15 +181,25 @@ func ParseDecisions(r io.Reader) (map[string]float64, error) {
 		}
 		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
 		if err != nil {
-			return nil, fmt.Errorf("decisions: %q: %w", line, err)
+			return nil, nil, fmt.Errorf("decisions: %q: %w", line, err)
 		}
+		var mode, reason string
 		for _, kv := range strings.Split(labels, ",") {
-			if k, val, ok := strings.Cut(kv, "="); ok && k == "mode" {
-				out[strings.Trim(val, `"`)] += v
+			if k, val, ok := strings.Cut(kv, "="); ok {
+				switch k {
+				case "mode":
+					mode = strings.Trim(val, `"`)
+				case "reason":
+					reason = strings.Trim(val, `"`)
+				}
 			}
 		}
+		if mode != "" {
+			byMode[mode] += v
+			byReason[mode+"/"+reason] += v
+		}
 	}
-	return out, sc.Err()
+	return byMode, byReason, sc.Err()
 }
 
 // CompareOptions configure a comparison beyond the replay's Options.
@@ -227,9 +253,9 @@ func Compare(ctx context.Context, opts Options, co CompareOptions, out io.Writer
 			o.SummaryPath = strings.TrimSuffix(summaryPath, ext) + "-" + mode + ext
 		}
 		fmt.Fprintf(out, "\n== compare-modes: %s ==\n", mode)
-		sum, dec, err := runMode(ctx, o, co, out)
+		sum, dec, reasons, err := runMode(ctx, o, co, out)
 		row := rowOf(mode, sum)
-		row.Decisions = dec
+		row.Decisions, row.DecisionReasons = dec, reasons
 		if err != nil {
 			row.Err = err.Error()
 			fmt.Fprintf(out, "compare-modes: %s: %v\n", mode, err)
@@ -278,11 +304,12 @@ func loadAverage() string {
 	return strings.Join(f[:3], " ")
 }
 
-// runMode runs one mode's platform and replay and cleans up after them.
-func runMode(ctx context.Context, o Options, co CompareOptions, out io.Writer) (*Summary, map[string]float64, error) {
+// runMode runs one mode's platform and replay and cleans up after them. It returns the run's
+// summary and, in auto mode, the platform's decisions by mode and by "mode/reason".
+func runMode(ctx context.Context, o Options, co CompareOptions, out io.Writer) (*Summary, map[string]float64, map[string]float64, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	addr := ln.Addr().String()
 	ln.Close()
@@ -308,27 +335,27 @@ func runMode(ctx context.Context, o Options, co CompareOptions, out io.Writer) (
 	}
 	cfg, err := config.FromEnv(vars)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	o.VerifyConfig, o.URL = cfg, "http://"+addr
 
 	migrate := exec.CommandContext(ctx, co.Binary, "migrate", "--fresh")
 	migrate.Env = env
 	if b, err := migrate.CombinedOutput(); err != nil {
-		return nil, nil, fmt.Errorf("migrate: %v: %s", err, strings.TrimSpace(string(b)))
+		return nil, nil, nil, fmt.Errorf("migrate: %v: %s", err, strings.TrimSpace(string(b)))
 	}
 	if !co.Keep {
 		defer cleanup(cfg)
 	}
 	logf, err := os.Create(filepath.Join(co.LogDir, "dev-"+o.MatchMode+".log"))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer logf.Close()
 	dev := exec.Command(co.Binary, "dev", "--addr", addr)
 	dev.Env, dev.Stdout, dev.Stderr = env, logf, logf
 	if err := dev.Start(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- dev.Wait() }()
@@ -342,14 +369,14 @@ func runMode(ctx context.Context, o Options, co CompareOptions, out io.Writer) (
 		}
 	}()
 	if err := waitPlatform(ctx, o.URL, exited); err != nil {
-		return nil, nil, fmt.Errorf("flagdown dev (%s, log %s): %w", o.MatchMode, logf.Name(), err)
+		return nil, nil, nil, fmt.Errorf("flagdown dev (%s, log %s): %w", o.MatchMode, logf.Name(), err)
 	}
 	sum, err := Run(ctx, o, out)
-	var dec map[string]float64
+	var dec, reasons map[string]float64
 	if o.MatchMode == MatchModeAuto {
-		dec, _ = scrapeDecisions(ctx, o.URL)
+		dec, reasons, _ = scrapeDecisions(ctx, o.URL)
 	}
-	return sum, dec, err
+	return sum, dec, reasons, err
 }
 
 // waitPlatform polls GET url/readyz until 200, the platform exits, or 120 s pass.
@@ -377,15 +404,15 @@ func waitPlatform(ctx context.Context, url string, exited <-chan error) error {
 	}
 }
 
-// scrapeDecisions reads the platform's decision counts from GET url/metrics.
-func scrapeDecisions(ctx context.Context, url string) (map[string]float64, error) {
+// scrapeDecisions reads the platform's decision counts from GET url/metrics (ParseDecisions).
+func scrapeDecisions(ctx context.Context, url string) (byMode, byReason map[string]float64, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	return ParseDecisions(resp.Body)

@@ -28,9 +28,12 @@ flagdown_match_mode_decisions_total{mode="greedy",reason="ample"} 30
 flagdown_match_mode_decisions_total{mode="greedy",reason="lone"} 8
 flagdown_other_total{mode="batch"} 99
 `
-	got, err := ParseDecisions(strings.NewReader(text))
+	got, reasons, err := ParseDecisions(strings.NewReader(text))
 	if err != nil || len(got) != 2 || got["batch"] != 12 || got["greedy"] != 38 {
 		t.Errorf("%v, %v; want batch 12, greedy 38", got, err)
+	}
+	if len(reasons) != 3 || reasons["batch/scarce"] != 12 || reasons["greedy/ample"] != 30 || reasons["greedy/lone"] != 8 {
+		t.Errorf("by reason %v; want batch/scarce 12, greedy/ample 30, greedy/lone 8", reasons)
 	}
 }
 
@@ -40,13 +43,15 @@ func TestComparisonTable(t *testing.T) {
 		rowOf("greedy", &Summary{PickupDistanceMeanM: 1859.4, MatchRate: 0.697, RidesMatched: 697, RidesRequested: 1000,
 			TimeToMatchP95S: 123, TimeToMatchP99S: 180, TimeToMatchMaxS: 240, PickupWaitP95S: 301, PickupWaitP99S: 402,
 			WaitErrors: &WaitErrorReport{MAES: 14.2, MeanSignedS: -3.1, BaselineMAES: 30, MAERatio: 0.47}}),
-		{Mode: "auto", PickupMeanM: 800, Decisions: map[string]float64{"greedy": 30, "batch": 10}, Err: "invariants: 1 violation"},
+		{Mode: "auto", PickupMeanM: 800, Decisions: map[string]float64{"greedy": 30, "batch": 10},
+			DecisionReasons: map[string]float64{"greedy/ample": 30, "batch/scarce": 10}, Err: "invariants: 1 violation"},
 	}}
 	var b bytes.Buffer
 	c.WriteTable(&b)
 	out := b.String()
 	for _, want := range []string{"1859 m", "69.7 % (697/1000)", "123 / 180 / 240 s", "301 / 402 s", "14.2 / -3.1 s", "30.0 s (0.47)",
-		"greedy 75 %, batch 25 % (n=40)", "auto: invariants: 1 violation"} {
+		"greedy 75 %, batch 25 % (n=40)", "auto: invariants: 1 violation",
+		"auto decisions by reason: batch/scarce 10, greedy/ample 30"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
