@@ -12,10 +12,11 @@ import (
 
 // Adaptive matching (FLAGDOWN_MATCH_MODE=auto): each area (the geohash cell of the pickup at
 // dispatch.SurgeCellPrecision) is in greedy or batch mode, decided at most once per batch window
-// from what the platform knows around the pickup (ReadArea: the available drivers near it, the
-// rides requested from the cell and its eight neighbours recently, the rides waiting in the batch,
-// the recent time to match). A ride of an area in batch mode joins the next window; otherwise it is
-// offered at once. Decide is the rule, a pure function of those inputs.
+// from what the platform knows around the pickup (ReadArea: the available drivers near it and the
+// rides requested from the cell and its eight neighbours recently; the rides waiting in the batch
+// and the recent time to match are logged with each decision). A ride of an area in batch mode
+// joins the next window; otherwise it is offered at once. Decide is the rule, a pure function of
+// those inputs.
 
 // Reasons of a Decision (the reason label of metrics.MatchModeDecisions).
 const (
@@ -26,9 +27,6 @@ const (
 	ReasonAmple = "ample"
 	// ReasonScarce: candidates per recent request at or below AutoParams.ScarceRatio.
 	ReasonScarce = "scarce"
-	// ReasonSlow: the recent time to match is above AutoParams.MaxMatchDelayS; a window would add
-	// to it.
-	ReasonSlow = "slow"
 	// ReasonHold: the ratio is between the two thresholds; the area keeps its mode (hysteresis).
 	ReasonHold = "hold"
 	// ReasonDwell: the rule asks for the other mode but the area entered its mode less than
@@ -49,9 +47,6 @@ type AutoParams struct {
 	// below it (and it has at least two open requests); AmpleRatio: it goes back to greedy when
 	// they reach it or more. Dimensionless, ScarceRatio < AmpleRatio.
 	ScarceRatio, AmpleRatio float64
-	// MaxMatchDelayS is the recent time to match (request → accept, seconds) above which no ride is
-	// held for a window: the window's wait would add to a wait already long.
-	MaxMatchDelayS float64
 	// MinDwell is the least time an area stays in a mode before the rule may switch it.
 	MinDwell time.Duration
 	// WaitWeightMPerS is how many metres of score a ride's window assignment is discounted per
@@ -61,11 +56,10 @@ type AutoParams struct {
 
 // DefaultAutoParams are the thresholds of FLAGDOWN_MATCH_MODE=auto: drivers within 2 km (at most
 // 40), open requests over the last 60 s, batch at ≤ 1.5 candidates per request, greedy again at ≥ 3,
-// no window once the time to match passes 150 s, 20 s minimum dwell, 10 m of score per second
-// waited up to 180 s (1.8 km).
+// 20 s minimum dwell, 10 m of score per second waited up to 180 s (1.8 km).
 func DefaultAutoParams() AutoParams {
 	return AutoParams{RadiusM: 2000, CountBound: 40, RequestWindow: time.Minute, ScarceRatio: 1.5, AmpleRatio: 3,
-		MaxMatchDelayS: 150, MinDwell: 20 * time.Second, WaitWeightMPerS: 10, WaitCapS: 180}
+		MinDwell: 20 * time.Second, WaitWeightMPerS: 10, WaitCapS: 180}
 }
 
 // AreaLoad is what an adaptive decision knows of the area of one pickup.
@@ -75,8 +69,6 @@ type AreaLoad struct {
 	// Requests is the number of rides requested from the area within AutoParams.RequestWindow (the
 	// ride deciding included: at least 1 counts).
 	Requests int
-	// MatchDelayS is the recent time from request to accept, seconds (0: unknown).
-	MatchDelayS float64
 }
 
 // AreaMode is an area's mode and when it entered it.
@@ -112,10 +104,12 @@ func (d Decision) Mode() string {
 //     other requests competing it is judged by the ratio like any other (0 or 1 candidates for
 //     several requests is scarce): in a window the next freed driver goes to the nearest of the
 //     waiting rides, where offering each at once sends the far drivers to whoever asked first;
-//  2. otherwise the area's target mode is greedy when the recent time to match is above
-//     MaxMatchDelayS (ReasonSlow) or the candidates per request reach AmpleRatio (ReasonAmple),
-//     batch when they are at most ScarceRatio with at least two requests (ReasonScarce), and the
-//     area's current mode in between (ReasonHold; greedy for an area without state);
+//  2. otherwise the area's target mode is greedy when the candidates per request reach AmpleRatio
+//     (ReasonAmple), batch when they are at most ScarceRatio with at least two requests
+//     (ReasonScarce), and the area's current mode in between (ReasonHold; greedy for an area
+//     without state). A long recent time to match is no reason to leave batch: it is long when
+//     drivers are scarce, where a window shortens the pickup most, and a window adds at most
+//     one window to it (docs/matching.md, Adaptive matching);
 //  3. an area switches to its target only after MinDwell in its current mode (ReasonDwell keeps
 //     it);
 //  4. the ride follows its area's mode.
@@ -131,8 +125,6 @@ func Decide(p AutoParams, load AreaLoad, prev AreaMode, now time.Time) Decision 
 	ratio := float64(load.Candidates) / float64(req)
 	target, reason := cur.Mode, ReasonHold
 	switch {
-	case load.MatchDelayS > p.MaxMatchDelayS:
-		target, reason = config.MatchGreedy, ReasonSlow
 	case ratio >= p.AmpleRatio:
 		target, reason = config.MatchGreedy, ReasonAmple
 	case ratio <= p.ScarceRatio && req >= 2:
@@ -198,7 +190,7 @@ func (m *Matcher) decideAuto(ctx context.Context, ride *dispatch.Ride) (bool, er
 	}
 	now := m.now()
 	prev := AreaMode{Mode: rd.Mode, Since: time.UnixMilli(rd.SinceMs)}
-	load := AreaLoad{Candidates: rd.Drivers, Requests: rd.Requests, MatchDelayS: rd.MatchDelayS}
+	load := AreaLoad{Candidates: rd.Drivers, Requests: rd.Requests}
 	if lone(load) { // a ride's own case: the area's state and its window's decision stay
 		metrics.MatchModeDecisions.WithLabelValues(config.MatchGreedy, ReasonLone).Inc()
 		m.log.Debug("match mode decision", "cell", cell, "mode", config.MatchGreedy, "reason", ReasonLone,

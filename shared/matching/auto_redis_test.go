@@ -12,7 +12,8 @@ import (
 
 // TestDecideAutoOverRedis: over the real Redis, a lone ride (one driver near) is offered at once
 // and leaves its area without state; a crowded area (six recent requests) with three drivers joins
-// the window; within the window a second ride follows the stored mode even though drivers arrived;
+// the window, even though the recent time to match is long (300 s: scarce supply is where a window
+// shortens the pickup most); within the window a second ride follows the stored mode even though drivers arrived;
 // after the window but within the dwell the area stays in batch; after the dwell, ample supply sends
 // it back to greedy.
 func TestDecideAutoOverRedis(t *testing.T) {
@@ -40,9 +41,14 @@ func TestDecideAutoOverRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	for range 50 { // the EWMA at about 300 s
+		if err := w.s.RecordMatchDelay(ctx, 300); err != nil {
+			t.Fatal(err)
+		}
+	}
 	crowded := &dispatch.Ride{ID: "r-0", Pickup: origin}
 	if join, err := w.m.decideAuto(ctx, crowded); err != nil || !join {
-		t.Fatalf("3 drivers for 6 requests: join %v, %v; want the window", join, err)
+		t.Fatalf("3 drivers for 6 requests, time to match 300 s: join %v, %v; want the window", join, err)
 	}
 	for k := range 20 { // supply arrives: ample from now on
 		w.driver(t, fmt.Sprintf("d-more-%d", k), float64(100*k), -200)

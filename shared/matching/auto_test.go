@@ -12,7 +12,7 @@ import (
 // thresholds keeps the area's mode) and the minimum dwell included.
 func TestDecide(t *testing.T) {
 	t.Parallel()
-	p := DefaultAutoParams() // batch at ≤ 1.5 candidates per request, greedy at ≥ 3, 20 s dwell, 150 s slow
+	p := DefaultAutoParams() // batch at ≤ 1.5 candidates per request, greedy at ≥ 3, 20 s dwell
 	now := time.Date(2026, 12, 1, 21, 0, 0, 0, time.UTC)
 	long := AreaMode{Mode: config.MatchBatch, Since: now.Add(-time.Minute)}
 	longG := AreaMode{Mode: config.MatchGreedy, Since: now.Add(-time.Minute)}
@@ -43,7 +43,6 @@ func TestDecide(t *testing.T) {
 		{"batch area, ample: greedy", AreaLoad{Candidates: 9, Requests: 3}, long, false, config.MatchGreedy, ReasonAmple, true},
 		{"greedy area, scarce: batch", AreaLoad{Candidates: 3, Requests: 2}, longG, true, config.MatchBatch, ReasonScarce, true},
 		{"batch area entered 5 s ago, ample: dwell", AreaLoad{Candidates: 9, Requests: 3}, fresh, true, config.MatchBatch, ReasonDwell, false},
-		{"slow: no window", AreaLoad{Candidates: 3, Requests: 6, MatchDelayS: 151}, long, false, config.MatchGreedy, ReasonSlow, true},
 	} {
 		d := Decide(p, tc.load, tc.prev, now)
 		if d.Batch != tc.batch || d.Area.Mode != tc.areaMode || d.Reason != tc.reason {
