@@ -738,9 +738,9 @@ func (s *Source) Sweep(ctx context.Context) (int, error) {
 		switch {
 		case at > 0:
 			s.at(hookSweepCorrect, key)
-			correctScript.Eval(ctx, fix, []string{s.dk, key}, key, at)
+			correctScript.EvalSha(ctx, fix, []string{s.dk, key}, key, at)
 		case at == -1 || !ok:
-			dropScript.Eval(ctx, fix, []string{s.dk}, key, d)
+			dropScript.EvalSha(ctx, fix, []string{s.dk}, key, d)
 		default: // -2: gone; its deadline is read again after this sighting (see handle)
 			sem <- struct{}{}
 			wg.Go(func() {
@@ -751,7 +751,7 @@ func (s *Source) Sweep(ctx context.Context) (int, error) {
 	}
 	wg.Wait()
 	if fix.Len() > 0 {
-		if _, err := fix.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		if _, err := redisstore.ExecScripts(ctx, s.rdb, fix, correctScript, dropScript); err != nil && !errors.Is(err, redis.Nil) {
 			return len(overdue), err
 		}
 	}

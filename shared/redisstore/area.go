@@ -60,12 +60,12 @@ func (s *Store) ReadArea(ctx context.Context, pickup dispatch.Point, radiusM flo
 	})
 	demand := make([]*redis.Cmd, len(cells))
 	for i, c := range cells {
-		demand[i] = demandCountScript.Eval(ctx, pipe, []string{s.surgeDemandKey(c)}, window.Milliseconds())
+		demand[i] = demandCountScript.EvalSha(ctx, pipe, []string{s.surgeDemandKey(c)}, window.Milliseconds())
 	}
 	waiting := pipe.ZCard(ctx, s.batchQueueKey(CityBatch))
 	delay := pipe.HGet(ctx, s.matchDelayKey(), "ewma")
 	mode := pipe.HMGet(ctx, s.areaModeKey(area), "mode", "since", "at")
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	if _, err := ExecScripts(ctx, s.rdb, pipe, demandCountScript); err != nil && !errors.Is(err, redis.Nil) {
 		return AreaRead{}, unavailable(err)
 	}
 	out := AreaRead{NearestM: -1, FarthestM: -1, Waiting: int(waiting.Val())}

@@ -57,22 +57,13 @@ func (s *Store) NearbyMany(ctx context.Context, qs []NearbyQuery) ([][]GeoHit, e
 	if len(qs) == 0 {
 		return nil, nil
 	}
-	run := func() ([]redis.Cmder, error) {
-		pipe := s.rdb.Pipeline()
-		for _, q := range qs {
-			nearbyScript.EvalSha(ctx, pipe, []string{s.geoKey()},
-				strconv.FormatFloat(q.Center.Lng, 'f', -1, 64), strconv.FormatFloat(q.Center.Lat, 'f', -1, 64),
-				strconv.FormatFloat(q.RadiusM, 'f', -1, 64), max(q.Count, 1), RingStartM)
-		}
-		return pipe.Exec(ctx)
+	pipe := s.rdb.Pipeline()
+	for _, q := range qs {
+		nearbyScript.EvalSha(ctx, pipe, []string{s.geoKey()},
+			strconv.FormatFloat(q.Center.Lng, 'f', -1, 64), strconv.FormatFloat(q.Center.Lat, 'f', -1, 64),
+			strconv.FormatFloat(q.RadiusM, 'f', -1, 64), max(q.Count, 1), RingStartM)
 	}
-	cmds, err := run()
-	if err != nil && strings.Contains(err.Error(), "NOSCRIPT") {
-		if err := nearbyScript.Load(ctx, s.rdb).Err(); err != nil {
-			return nil, unavailable(err)
-		}
-		cmds, err = run()
-	}
+	cmds, err := ExecScripts(ctx, s.rdb, pipe, nearbyScript)
 	if err != nil {
 		return nil, unavailable(err)
 	}

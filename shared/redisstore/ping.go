@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -82,21 +81,12 @@ func (s *Store) stateRefresh() time.Duration {
 // the pings of one call are judged in order, so a driver's later pings of a batch may be refused
 // where his earlier ones passed. It returns a CodeUnavailable error if Redis cannot be reached.
 func (s *Store) ApplyPings(ctx context.Context, pings []Ping) ([]PingResult, error) {
-	run := func() ([]redis.Cmder, error) {
-		pipe := s.rdb.Pipeline()
-		for lo := 0; lo < len(pings); lo += pingsPerCall {
-			keys, args := s.pingCall(pings[lo:min(lo+pingsPerCall, len(pings))])
-			pingScript.EvalSha(ctx, pipe, keys, args...)
-		}
-		return pipe.Exec(ctx)
+	pipe := s.rdb.Pipeline()
+	for lo := 0; lo < len(pings); lo += pingsPerCall {
+		keys, args := s.pingCall(pings[lo:min(lo+pingsPerCall, len(pings))])
+		pingScript.EvalSha(ctx, pipe, keys, args...)
 	}
-	cmds, err := run()
-	if err != nil && strings.Contains(err.Error(), "NOSCRIPT") {
-		if err := pingScript.Load(ctx, s.rdb).Err(); err != nil {
-			return nil, unavailable(err)
-		}
-		cmds, err = run()
-	}
+	cmds, err := ExecScripts(ctx, s.rdb, pipe, pingScript)
 	if err != nil {
 		return nil, unavailable(err)
 	}

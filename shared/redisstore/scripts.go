@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"embed"
 	"strings"
 
@@ -44,3 +45,63 @@ const (
 	lapseLua       = "lapse.lua"
 	pingBudgetLua  = "ping_budget.lua"
 )
+
+// ExecScripts sends pipe, whose scripts are queued with EvalSha (never Eval: EVAL makes Redis
+// hash the script's source again at every call, which cost more than the script itself), and
+// runs again each command Redis refused with NOSCRIPT (it restarted, failed over or flushed its
+// script cache): it loads that command's script, one of scripts, on every node (Script.Load) and
+// sends the refused commands once more. Redis refuses a NOSCRIPT command before running it, so
+// every command of pipe runs once, however many were refused; the others keep their answers. It
+// returns pipe's commands with their final answers and the first error among them, as Exec
+// does (redis.Nil included).
+func ExecScripts(ctx context.Context, rdb redis.Cmdable, pipe redis.Pipeliner, scripts ...*redis.Script) ([]redis.Cmder, error) {
+	cmds, err := pipe.Exec(ctx)
+	if err == nil {
+		return cmds, nil
+	}
+	var refused []*redis.Cmd
+	for _, c := range cmds {
+		if e := c.Err(); e != nil && strings.HasPrefix(e.Error(), "NOSCRIPT") {
+			if rc, ok := c.(*redis.Cmd); ok {
+				refused = append(refused, rc)
+			}
+		}
+	}
+	if len(refused) == 0 {
+		return cmds, err
+	}
+	loaded := map[string]bool{}
+	retry := rdb.Pipeline()
+	again := make([]*redis.Cmd, len(refused))
+	for i, c := range refused {
+		args := c.Args()
+		sha, _ := args[1].(string)
+		if !loaded[sha] {
+			var src *redis.Script
+			for _, s := range scripts {
+				if s.Hash() == sha {
+					src = s
+				}
+			}
+			if src == nil {
+				return cmds, err // not one of ours: leave its NOSCRIPT to the caller
+			}
+			if lerr := src.Load(ctx, rdb).Err(); lerr != nil {
+				return cmds, lerr
+			}
+			loaded[sha] = true
+		}
+		again[i] = retry.Do(ctx, args...)
+	}
+	_, _ = retry.Exec(ctx)
+	for i, c := range refused {
+		c.SetVal(again[i].Val())
+		c.SetErr(again[i].Err())
+	}
+	for _, c := range cmds {
+		if e := c.Err(); e != nil {
+			return cmds, e
+		}
+	}
+	return cmds, nil
+}

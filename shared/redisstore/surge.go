@@ -37,12 +37,12 @@ func (s *Store) CountDemand(ctx context.Context, cell, rideID string, window tim
 func (s *Store) CountDemandAndStoreSurge(ctx context.Context, cell, rideID string, window time.Duration, store bool, m float64, prevAtMs int64,
 	interval, ttl time.Duration) error {
 	pipe := s.rdb.Pipeline()
-	demandAddScript.Eval(ctx, pipe, []string{s.surgeDemandKey(cell)}, rideID, window.Milliseconds())
+	demandAddScript.EvalSha(ctx, pipe, []string{s.surgeDemandKey(cell)}, rideID, window.Milliseconds())
 	if store {
-		surgeStoreScript.Eval(ctx, pipe, []string{s.surgeMultKey(cell)},
+		surgeStoreScript.EvalSha(ctx, pipe, []string{s.surgeMultKey(cell)},
 			strconv.FormatFloat(m, 'f', -1, 64), prevAtMs, interval.Milliseconds(), ttl.Milliseconds())
 	}
-	_, err := pipe.Exec(ctx)
+	_, err := ExecScripts(ctx, s.rdb, pipe, demandAddScript, surgeStoreScript)
 	return unavailable(err)
 }
 
@@ -83,7 +83,7 @@ func (s *Store) ReadSurge(ctx context.Context, surge bool, cell string, box disp
 	var supply *redis.StringSliceCmd
 	var mult *redis.SliceCmd
 	if surge {
-		demand = demandCountScript.Eval(ctx, pipe, []string{s.surgeDemandKey(cell)}, window.Milliseconds())
+		demand = demandCountScript.EvalSha(ctx, pipe, []string{s.surgeDemandKey(cell)}, window.Milliseconds())
 		c := box.Center()
 		h, w := box.SizeM()
 		supply = pipe.GeoSearch(ctx, s.geoKey(), &redis.GeoSearchQuery{
@@ -98,7 +98,7 @@ func (s *Store) ReadSurge(ctx context.Context, surge bool, cell string, box disp
 	delay := pipe.HGet(ctx, s.matchDelayKey(), "ewma")
 	pace := pipe.HMGet(ctx, s.drivePaceKey(), "s", "m", "n")
 	cal := s.waitCalCmds(ctx, pipe, pickup, time.Now())
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	if _, err := ExecScripts(ctx, s.rdb, pipe, demandCountScript); err != nil && !errors.Is(err, redis.Nil) {
 		return SurgeRead{}, unavailable(err)
 	}
 	out := SurgeRead{NearestM: -1, WaitCalibrationS: waitCalOf(cal)}

@@ -38,10 +38,10 @@ func (s *Store) RecordWaitError(ctx context.Context, pickup dispatch.Point, requ
 	cell, hour := dispatch.Geohash(pickup, dispatch.SurgeCellPrecision), requestedAt.UTC().Hour()
 	pipe := s.rdb.Pipeline()
 	for _, c := range []string{cell, waitCalCity} {
-		waitCalScript.Eval(ctx, pipe, []string{s.waitCalKey(c, hour)}, strconv.FormatFloat(residualS, 'f', 3, 64),
+		waitCalScript.EvalSha(ctx, pipe, []string{s.waitCalKey(c, hour)}, strconv.FormatFloat(residualS, 'f', 3, 64),
 			strconv.FormatFloat(dispatch.WaitCalibrationAlpha, 'f', -1, 64), int64(WaitCalibrationTTL.Seconds()))
 	}
-	_, err := pipe.Exec(ctx)
+	_, err := ExecScripts(ctx, s.rdb, pipe, waitCalScript)
 	return unavailable(err)
 }
 
