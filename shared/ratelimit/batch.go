@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/flagdown/flagdown/shared/dispatch"
+	"github.com/flagdown/flagdown/shared/redisstore"
 )
 
 // allowNScript is redis_rate v10.0.1's allowN script (GCRA), byte for byte, so it has the same SHA1
@@ -48,20 +49,11 @@ func (l *Limiter) AllowEach(ctx context.Context, kind Kind, counts map[string]in
 	for id := range counts {
 		ids = append(ids, id)
 	}
-	run := func() ([]redis.Cmder, error) {
-		pipe := l.rdb.Pipeline()
-		for _, id := range ids {
-			allowNScript.EvalSha(ctx, pipe, []string{"rate:" + l.key(kind, id)}, lim.Burst, lim.Rate, lim.Period.Seconds(), counts[id])
-		}
-		return pipe.Exec(ctx)
+	pipe := l.rdb.Pipeline()
+	for _, id := range ids {
+		allowNScript.EvalSha(ctx, pipe, []string{"rate:" + l.key(kind, id)}, lim.Burst, lim.Rate, lim.Period.Seconds(), counts[id])
 	}
-	cmds, err := run()
-	if err != nil && strings.Contains(err.Error(), "NOSCRIPT") {
-		if err := allowNScript.Load(ctx, l.rdb).Err(); err != nil {
-			return nil, dispatch.Unavailable("redis", err)
-		}
-		cmds, err = run()
-	}
+	cmds, err := redisstore.ExecScripts(ctx, l.rdb, pipe, allowNScript)
 	if err != nil {
 		return nil, dispatch.Unavailable("redis", err)
 	}

@@ -117,3 +117,26 @@ func testAllowEachSharesBudgetsWithAllow(t *testing.T, newRedis testkit.RedisFun
 		}
 	})
 }
+
+// TestAllowEachAfterTheScriptCacheIsLost: after Redis lost its script cache (SCRIPT FLUSH, as after
+// a restart or a failover), a batch is still judged, and each driver's units are spent once: d-1
+// asks 2 of 3, so one unit is left after the batch, not none (spent twice by a re-sent batch).
+func TestAllowEachAfterTheScriptCacheIsLost(t *testing.T) {
+	t.Parallel()
+	rdb := testkit.StartPrivateRedis(t).Client(t)
+	l := ratelimit.New(rdb, "t:", ratelimit.Limits{PingsPerMin: 3})
+	ctx := t.Context()
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	limited, err := l.AllowEach(ctx, ratelimit.Pings, map[string]int{"d-1": 2, "d-2": 1}, "driver_id")
+	if err != nil || len(limited) != 0 {
+		t.Fatalf("AllowEach after SCRIPT FLUSH = %v, %v; want every driver allowed", limited, err)
+	}
+	if err := l.Allow(ctx, ratelimit.Pings, "d-1", "driver_id", 1); err != nil {
+		t.Errorf("d-1's third unit: %v, want allowed (the batch spent 2 of 3 once)", err)
+	}
+	if err := l.Allow(ctx, ratelimit.Pings, "d-1", "driver_id", 1); dispatch.ErrorCode(err) != dispatch.CodeRateLimited {
+		t.Errorf("d-1's fourth unit: %v, want rate_limited", err)
+	}
+}
