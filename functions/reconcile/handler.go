@@ -157,18 +157,33 @@ func (f *Function) operator(r *http.Request) error {
 	return nil
 }
 
-// Run performs one pass, step by step in the order of the package comment. It stops at the first
-// dependency error (the next run resumes).
+// Run performs one pass, step by step in the order of the package comment. A step that fails (a
+// dependency error) is logged and skipped; the steps after it still run, so Redis being away does
+// not hold back what PostgreSQL alone decides (the ride deadlines, the relays, retention). The
+// error is that of every step that failed, joined (the first one's code is the answer's status);
+// the next run resumes the failed steps.
 func (f *Function) Run(ctx context.Context) (Report, error) {
 	var rep Report
-	steps := []func(context.Context, *Report) error{
-		f.expireOverdueOffers, f.offlineWithoutHeartbeat, f.repairAssignments, f.activeWithoutHeartbeat,
-		f.retryIdleRides, f.releaseDecidedOfferLocks, f.wakeRelays, f.pickupsOverdue, f.tripsOverdue, f.prune,
+	steps := []struct {
+		name string
+		run  func(context.Context, *Report) error
+	}{
+		{"offers_expired", f.expireOverdueOffers}, {"drivers_offline", f.offlineWithoutHeartbeat},
+		{"assignments_repaired", f.repairAssignments}, {"active_drivers_offline", f.activeWithoutHeartbeat},
+		{"rides_retried", f.retryIdleRides}, {"offer_locks_released", f.releaseDecidedOfferLocks},
+		{"outbox_unpublished", f.wakeRelays}, {"pickups_overdue", f.pickupsOverdue}, {"trips_overdue", f.tripsOverdue},
+		{"prune", f.prune},
 	}
 	defer observeRepairs(&rep) // a failed run's repairs happened too
+	var errs []error
 	for _, step := range steps {
-		if err := step(ctx, &rep); err != nil {
-			return rep, err
+		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
+			break
+		}
+		if err := step.run(ctx, &rep); err != nil {
+			f.d.Log.Warn("reconcile: step failed; the next run resumes it", "step", step.name, "err", err)
+			errs = append(errs, err)
 		}
 	}
 	if rep.Total() > 0 {
@@ -179,7 +194,7 @@ func (f *Function) Run(ctx context.Context) (Report, error) {
 	if rep.PickupsOverdue+rep.TripsOverdue > 0 {
 		f.d.Log.Warn("reconcile acted on ride deadlines", "pickups_overdue", rep.PickupsOverdue, "trips_overdue", rep.TripsOverdue)
 	}
-	return rep, nil
+	return rep, errors.Join(errs...)
 }
 
 // expireOverdueOffers times out PENDING offers whose timeout was missed.
@@ -311,13 +326,16 @@ func (f *Function) retryIdleRides(ctx context.Context, rep *Report) error {
 	if err != nil {
 		return err
 	}
-	for _, id := range rides {
-		armed, err := f.d.Redis.HasRetryTimer(ctx, id)
-		if err != nil {
-			return err
-		}
-		if armed {
-			continue
+	if len(rides) == 0 {
+		return nil
+	}
+	_, timers, err := f.d.Redis.RetryTimers(ctx, rides) // pipelined: one round trip per 500 rides
+	if err != nil {
+		return err
+	}
+	for i, id := range rides {
+		if timers[i].Armed {
+			continue // its timer (or its batch window) will match it
 		}
 		out, err := f.lc.RetryDue(ctx, id, "reconcile", nil)
 		if err != nil {

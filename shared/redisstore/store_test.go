@@ -686,14 +686,15 @@ func testApplyEffects(t *testing.T, newStore storeFunc) {
 		}
 	})
 	t.Run("timers", func(t *testing.T) {
-		if ok, err := s.HasRetryTimer(ctx, "ride-9"); err != nil || !ok {
-			t.Errorf("ride-9 retry timer = %v, %v; want armed", ok, err)
+		_, timers, err := s.RetryTimers(ctx, []string{"ride-9", "ride-8"})
+		if err != nil || !timers[0].Armed {
+			t.Errorf("ride-9 retry timer = %+v, %v; want armed", timers, err)
 		}
 		if v := s.Client().Get(ctx, s.Prefix()+"retry:ride-9").Val(); v != "2" {
 			t.Errorf("ride-9 retry timer value = %q, want the attempt 2", v)
 		}
-		if ok, err := s.HasRetryTimer(ctx, "ride-8"); err != nil || ok {
-			t.Errorf("ride-8 retry timer = %v, %v; want cleared", ok, err)
+		if err == nil && timers[1].Armed {
+			t.Errorf("ride-8 retry timer = %+v; want cleared", timers[1])
 		}
 		if _, err := s.Client().ZScore(ctx, s.DeadlinesKey(), s.Prefix()+"retry:ride-8").Result(); err == nil {
 			t.Errorf("ride-8 retry deadline still indexed; want removed")

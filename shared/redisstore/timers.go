@@ -82,12 +82,6 @@ func (s *Store) SetRetryTimer(ctx context.Context, rideID, value string, wait ti
 	return unavailable(err)
 }
 
-// HasRetryTimer reports whether rideID has an armed retry timer.
-func (s *Store) HasRetryTimer(ctx context.Context, rideID string) (bool, error) {
-	n, err := s.rdb.Exists(ctx, s.retryKey(rideID)).Result()
-	return n == 1, unavailable(err)
-}
-
 // ClearRetryTimer disarms rideID's retry timer.
 func (s *Store) ClearRetryTimer(ctx context.Context, rideID string) error {
 	pipe := s.rdb.TxPipeline()
