@@ -86,6 +86,13 @@ type Report struct {
 	// OfferLocksReleased counts offer locks released because PostgreSQL holds their offer decided.
 	OfferLocksReleased int `json:"offer_locks_released"`
 	OutboxUnpublished  int `json:"outbox_unpublished"`
+	// RedisRebuilt is 1 when this run found a Redis generation other than the one PostgreSQL
+	// recorded (Redis restarted empty, was flushed, or is another server) and rebuilt what Redis
+	// must hold from PostgreSQL; OffersRestored and RetryTimersRearmed count what that rebuild
+	// put back (its assignments count in AssignmentsRepaired).
+	RedisRebuilt       int `json:"redis_rebuilt"`
+	OffersRestored     int `json:"offers_restored"`
+	RetryTimersRearmed int `json:"retry_timers_rearmed"`
 	// PickupsOverdue and TripsOverdue count the ride deadlines acted on (not repairs).
 	PickupsOverdue int `json:"pickups_overdue"`
 	TripsOverdue   int `json:"trips_overdue"`
