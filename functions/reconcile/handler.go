@@ -4,6 +4,10 @@
 // schedule (cron trigger; a ticker in flagdown dev) it rebuilds truth from PostgreSQL and Redis and
 // repairs, through lifecycle.Service like every other state change:
 //
+//	redis_rebuilt           Redis's generation is not the one PostgreSQL recorded (it lost its data) →
+//	                        without the grace: assignments repaired, PENDING offers' locks and timers
+//	                        restored (offers_restored), retry timers of waiting rides re-armed
+//	                        (retry_timers_rearmed, due in half a heartbeat TTL)
 //	offers_expired          PENDING offers past their window (+ grace) → offer timed out, ride matched again
 //	drivers_offline         available-set members whose heartbeat expired more than the grace ago → offline
 //	assignments_repaired    drivers on whom Redis and PostgreSQL disagree, in both directions: PostgreSQL
@@ -109,7 +113,8 @@ func observeRepairs(rep *Report) {
 		"offers_expired": rep.OffersExpired, "drivers_offline": rep.DriversOffline,
 		"assignments_repaired": rep.AssignmentsRepaired, "active_drivers_offline": rep.ActiveDriversOffline,
 		"rides_retried": rep.RidesRetried, "outbox_unpublished": rep.OutboxUnpublished,
-		"offer_locks_released": rep.OfferLocksReleased,
+		"offer_locks_released": rep.OfferLocksReleased, "offers_restored": rep.OffersRestored,
+		"retry_timers_rearmed": rep.RetryTimersRearmed, "redis_rebuilt": rep.RedisRebuilt,
 	} {
 		metrics.ReconcileRepairs.WithLabelValues(kind).Add(float64(n))
 	}
@@ -118,7 +123,7 @@ func observeRepairs(rep *Report) {
 // Total is the number of repairs (pruning is not a repair).
 func (r Report) Total() int {
 	return r.OffersExpired + r.DriversOffline + r.AssignmentsRepaired + r.ActiveDriversOffline + r.RidesRetried +
-		r.OutboxUnpublished + r.OfferLocksReleased
+		r.OutboxUnpublished + r.OfferLocksReleased + r.OffersRestored + r.RetryTimersRearmed
 }
 
 // ServeHTTP checks the caller, then runs one reconcile pass and answers its Report. Callers: the
@@ -175,6 +180,7 @@ func (f *Function) Run(ctx context.Context) (Report, error) {
 		name string
 		run  func(context.Context, *Report) error
 	}{
+		{"redis_rebuilt", f.rebuildAfterDataLoss},
 		{"offers_expired", f.expireOverdueOffers}, {"drivers_offline", f.offlineWithoutHeartbeat},
 		{"assignments_repaired", f.repairAssignments}, {"active_drivers_offline", f.activeWithoutHeartbeat},
 		{"rides_retried", f.retryIdleRides}, {"offer_locks_released", f.releaseDecidedOfferLocks},
@@ -196,12 +202,82 @@ func (f *Function) Run(ctx context.Context) (Report, error) {
 	if rep.Total() > 0 {
 		f.d.Log.Warn("reconcile repaired state", "offers_expired", rep.OffersExpired, "drivers_offline", rep.DriversOffline,
 			"assignments_repaired", rep.AssignmentsRepaired, "active_drivers_offline", rep.ActiveDriversOffline,
-			"rides_retried", rep.RidesRetried, "offer_locks_released", rep.OfferLocksReleased, "outbox_unpublished", rep.OutboxUnpublished)
+			"rides_retried", rep.RidesRetried, "offer_locks_released", rep.OfferLocksReleased, "outbox_unpublished", rep.OutboxUnpublished,
+			"offers_restored", rep.OffersRestored, "retry_timers_rearmed", rep.RetryTimersRearmed)
 	}
 	if rep.PickupsOverdue+rep.TripsOverdue > 0 {
 		f.d.Log.Warn("reconcile acted on ride deadlines", "pickups_overdue", rep.PickupsOverdue, "trips_overdue", rep.TripsOverdue)
 	}
 	return rep, errors.Join(errs...)
+}
+
+// rebuildAfterDataLoss rebuilds what Redis must hold from PostgreSQL when Redis's generation
+// (redisstore.Store.Generation) is not the one PostgreSQL recorded: Redis lost this prefix's data
+// (restarted empty, flushed). What is missing then is not in flight, so the grace does not apply:
+// every assignment is repaired, every PENDING offer gets its lock and timer back at its own
+// deadline, and every REQUESTED ride without an offer or timer gets its retry timer back, due in
+// half a heartbeat TTL (a live driver pings at least that often, so the GEO index has been
+// re-filled when it fires; matching at once would offer the few drivers who pinged first or find
+// nobody). The new generation is recorded only once the rebuild succeeded, so a failed one is
+// tried again next run; a deployment's first run only records it. At most batch rows of each kind
+// are rebuilt; the rest falls to the repairs after the grace.
+func (f *Function) rebuildAfterDataLoss(ctx context.Context, rep *Report) error {
+	gen, err := f.d.Redis.Generation(ctx)
+	if err != nil {
+		return err
+	}
+	prefix := f.d.Redis.Prefix()
+	known, ok, err := pgstore.RedisGeneration(ctx, f.d.DB.Pool, prefix)
+	if err != nil || (ok && known == gen) {
+		return err
+	}
+	if ok {
+		if err := f.rebuild(ctx, rep); err != nil {
+			return err
+		}
+		rep.RedisRebuilt = 1
+		f.d.Log.Warn("reconcile: Redis lost its data (a new generation); rebuilt it from PostgreSQL",
+			"generation", gen, "recorded_generation", known, "assignments_repaired", rep.AssignmentsRepaired,
+			"offers_restored", rep.OffersRestored, "retry_timers_rearmed", rep.RetryTimersRearmed)
+	}
+	return pgstore.RecordRedisGeneration(ctx, f.d.DB.Pool, prefix, gen)
+}
+
+// rebuild is rebuildAfterDataLoss's work: assignments, pending offers, retry timers.
+func (f *Function) rebuild(ctx context.Context, rep *Report) error {
+	n, err := f.lc.RepairAssignments(ctx, 0)
+	rep.AssignmentsRepaired += n
+	if err != nil {
+		return err
+	}
+	offers, err := pgstore.PendingOffers(ctx, f.d.DB.Pool, batch)
+	if err != nil {
+		return err
+	}
+	for _, o := range offers {
+		if _, err := f.d.Redis.RestoreOffer(ctx, o.DriverID, o.Offer, o.Remaining); err != nil {
+			return err
+		}
+		rep.OffersRestored++
+	}
+	rides, err := pgstore.IdleRequestedRides(ctx, f.d.DB.Pool, 0, batch)
+	if err != nil || len(rides) == 0 {
+		return err
+	}
+	_, timers, err := f.d.Redis.RetryTimers(ctx, rides)
+	if err != nil {
+		return err
+	}
+	for i, id := range rides {
+		if timers[i].Armed {
+			continue
+		}
+		if err := f.d.Redis.SetRetryTimer(ctx, id, "rebuild", f.d.Config.HeartbeatTTL/2); err != nil {
+			return err
+		}
+		rep.RetryTimersRearmed++
+	}
+	return nil
 }
 
 // expireOverdueOffers times out PENDING offers whose timeout was missed.

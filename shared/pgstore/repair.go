@@ -155,3 +155,56 @@ func DecidedOffers(ctx context.Context, q Querier, offerIDs []string, grace time
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	return ids, pgErr(err)
 }
+
+// LockedOffer is a PENDING offer as its driver's offer lock in Redis holds it, with what is left
+// of its window by PostgreSQL's clock (negative once it closed).
+type LockedOffer struct {
+	DriverID  string
+	Offer     dispatch.LiveOffer
+	Remaining time.Duration
+}
+
+// PendingOffers returns up to limit PENDING offers with their rides' pickup and dropoff, the
+// soonest deadline first (what reconcile puts back in Redis after Redis lost its data).
+func PendingOffers(ctx context.Context, q Querier, limit int) ([]LockedOffer, error) {
+	rows, err := q.Query(ctx, `SELECT o.id::text, o.ride_id::text, o.driver_id, r.pickup_lat, r.pickup_lng,
+		       r.dropoff_lat, r.dropoff_lng, o.distance_m, o.expires_at,
+		       (extract(epoch FROM o.expires_at - now()) * 1000)::bigint
+		FROM offers o JOIN rides r ON r.id = o.ride_id
+		WHERE o.status = 'PENDING' ORDER BY o.expires_at LIMIT $1`, limit)
+	if err != nil {
+		return nil, pgErr(err)
+	}
+	defer rows.Close()
+	var out []LockedOffer
+	for rows.Next() {
+		var p LockedOffer
+		var ms int64
+		o := &p.Offer
+		if err := rows.Scan(&o.OfferID, &o.RideID, &p.DriverID, &o.Pickup.Lat, &o.Pickup.Lng, &o.Dropoff.Lat, &o.Dropoff.Lng,
+			&o.DistanceM, &o.ExpiresAt, &ms); err != nil {
+			return nil, pgErr(err)
+		}
+		o.ExpiresAt = o.ExpiresAt.UTC()
+		p.Remaining = time.Duration(ms) * time.Millisecond
+		out = append(out, p)
+	}
+	return out, pgErr(rows.Err())
+}
+
+// RedisGeneration returns the Redis generation (redisstore.Store.Generation) reconcile last
+// recorded for the key prefix; ok is false when none is recorded (a new deployment).
+func RedisGeneration(ctx context.Context, q Querier, prefix string) (gen string, ok bool, err error) {
+	err = q.QueryRow(ctx, `SELECT generation FROM redis_generations WHERE prefix = $1`, prefix).Scan(&gen)
+	if IsNoRows(err) {
+		return "", false, nil
+	}
+	return gen, err == nil, pgErr(err)
+}
+
+// RecordRedisGeneration records gen as the Redis generation of the key prefix.
+func RecordRedisGeneration(ctx context.Context, q Querier, prefix, gen string) error {
+	_, err := q.Exec(ctx, `INSERT INTO redis_generations (prefix, generation) VALUES ($1, $2)
+		ON CONFLICT (prefix) DO UPDATE SET generation = excluded.generation, recorded_at = now()`, prefix, gen)
+	return pgErr(err)
+}
