@@ -115,10 +115,13 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		// Valid requests spend the rider's budget (FLAGDOWN_RATE_RIDES_PER_MIN); refused ones do not.
-		if err := f.d.Limiter().Allow(r.Context(), ratelimit.RideRequests, ride.RiderID, "rider_id", 1); err != nil {
+		// The check rides in the quote's round trip (pricing reads nothing it would act on before
+		// the answer), and a spent budget is answered before anything pricing found.
+		spend := f.d.Limiter().Queue(ratelimit.RideRequests, ride.RiderID, "rider_id", 1)
+		q, err := f.price(r.Context(), ride, req.QuoteID, spend.Piggyback())
+		if err := spend.Err(r.Context()); err != nil {
 			return 0, nil, err
 		}
-		q, err := f.price(r.Context(), ride, req.QuoteID)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -155,16 +158,17 @@ func (f *Function) newRide(req *Request, key string) (*dispatch.Ride, error) {
 }
 
 // price sets the ride's fare, multiplier and quoted wait from the rider's quote quoteID, or from a
-// quote made now (pricing.Service.Price: nothing written) when quoteID is empty, and returns the quote.
-func (f *Function) price(ctx context.Context, ride *dispatch.Ride, quoteID string) (*pricing.Quote, error) {
+// quote made now (pricing.Service.Price: nothing written) when quoteID is empty, and returns the
+// quote. Its first Redis round trip carries also.
+func (f *Function) price(ctx context.Context, ride *dispatch.Ride, quoteID string, also redisstore.Piggyback) (*pricing.Quote, error) {
 	ctx, cancel := f.d.Redis.Bounded(ctx)
 	defer cancel()
 	var q *pricing.Quote
 	var err error
 	if quoteID != "" {
-		q, err = f.d.Pricing().Take(ctx, quoteID, ride.RiderID, ride.Pickup, ride.Dropoff)
+		q, err = f.d.Pricing().Take(ctx, quoteID, ride.RiderID, ride.Pickup, ride.Dropoff, also)
 	} else {
-		q, err = f.d.Pricing().Price(ctx, ride.RiderID, ride.Pickup, ride.Dropoff)
+		q, err = f.d.Pricing().Price(ctx, ride.RiderID, ride.Pickup, ride.Dropoff, also)
 	}
 	switch {
 	case dispatch.ErrorCode(err) == dispatch.CodeUnavailable:

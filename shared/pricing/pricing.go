@@ -120,17 +120,18 @@ func (s *Service) Estimate(ctx context.Context, riderID string, pickup, dropoff 
 
 // Price quotes a ride as Estimate does but writes nothing: the multiplier is the one in force (the
 // stored one, capped), and an update that is due is kept in the quote for Requested to store once
-// the ride exists (order-create without a quote: a refused request writes nothing).
-func (s *Service) Price(ctx context.Context, riderID string, pickup, dropoff dispatch.Point) (*Quote, error) {
-	return s.quote(ctx, riderID, pickup, dropoff, false)
+// the ride exists (order-create without a quote: a refused request writes nothing). The reads
+// carry also (e.g. the rider's rate-limit check, ratelimit.Spend) in their first round trip.
+func (s *Service) Price(ctx context.Context, riderID string, pickup, dropoff dispatch.Point, also ...redisstore.Piggyback) (*Quote, error) {
+	return s.quote(ctx, riderID, pickup, dropoff, false, also...)
 }
 
-func (s *Service) quote(ctx context.Context, riderID string, pickup, dropoff dispatch.Point, update bool) (*Quote, error) {
+func (s *Service) quote(ctx context.Context, riderID string, pickup, dropoff dispatch.Point, update bool, also ...redisstore.Piggyback) (*Quote, error) {
 	q := &Quote{RiderID: riderID, Pickup: pickup, Dropoff: dropoff, Mode: s.mode,
 		Cell: dispatch.Geohash(pickup, dispatch.SurgeCellPrecision), Multiplier: 1}
 	box, _ := dispatch.GeohashBox(q.Cell)
 	surge := s.mode != dispatch.SurgeOff
-	rd, err := s.store.ReadSurge(ctx, surge, q.Cell, box, s.cfg.SurgeWindow, SupplyBound, pickup, s.nearRadiusM())
+	rd, err := s.store.ReadSurge(ctx, surge, q.Cell, box, s.cfg.SurgeWindow, SupplyBound, pickup, s.nearRadiusM(), also...)
 	if err != nil && surge {
 		// Missing data is 1.0: read the wait alone so one failing script does not fail the estimate.
 		s.log.Warn("surge data unreadable: charging 1.0", "cell", q.Cell, "err", err)
@@ -270,9 +271,10 @@ func (s *Service) Offer(ctx context.Context, q *Quote) error {
 // unknown, expired or another rider's is a conflict quote_expired (the rider asks for a new
 // estimate; another rider's quote is not told apart, so ids reveal nothing); a quote for another
 // pickup or dropoff is invalid (field quote_id). The quote stays valid until it expires (a retried
-// request, or a ride cancelled and asked for again, is charged the same).
-func (s *Service) Take(ctx context.Context, id, riderID string, pickup, dropoff dispatch.Point) (*Quote, error) {
-	b, err := s.store.Quote(ctx, id)
+// request, or a ride cancelled and asked for again, is charged the same). The read carries also in
+// its round trip, as Price's does.
+func (s *Service) Take(ctx context.Context, id, riderID string, pickup, dropoff dispatch.Point, also ...redisstore.Piggyback) (*Quote, error) {
+	b, err := s.store.Quote(ctx, id, also...)
 	if err != nil {
 		return nil, err
 	}

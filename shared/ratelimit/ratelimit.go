@@ -1,7 +1,8 @@
 // Package ratelimit caps how fast one caller may use each endpoint (ride requests, pings, fare
 // estimates, nearby queries, hail presses, WebSocket connects), per caller and per client IP,
 // backed by Redis so that every replica of a function shares the same budget. It uses go-redis/redis_rate (a
-// GCRA limiter in one Lua script per call), not a hand-written bucket.
+// GCRA limiter in one Lua script per call), not a hand-written bucket; AllowEach pipelines that
+// script for a batch, and Queue carries one check inside another read's round trip (Spend).
 //
 // Keys: P rl:{kind}:{id} (redis_rate adds its own "rate:" prefix), each expiring once its budget is
 // whole again. A limit of 0 disables that kind.

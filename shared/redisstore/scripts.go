@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"embed"
+	"errors"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -104,4 +105,38 @@ func ExecScripts(ctx context.Context, rdb redis.Cmdable, pipe redis.Pipeliner, s
 		}
 	}
 	return cmds, nil
+}
+
+// Piggyback is work another package adds to one of this store's pipelined reads (ReadSurge,
+// Quote) to save its own round trip: Queue adds its commands to the read's pipeline, and Scripts
+// are the scripts those commands run with EvalSha (ExecScripts loads them on NOSCRIPT). The
+// caller reads its answers from the commands it queued once the read returned; a read that could
+// not reach Redis leaves them holding that error. A Piggyback with a nil Queue adds nothing.
+type Piggyback struct {
+	Queue   func(ctx context.Context, pipe redis.Pipeliner)
+	Scripts []*redis.Script
+}
+
+// queuePiggybacks adds each piggyback's commands to pipe, before the read's own, and returns
+// scripts followed by theirs and how many commands they queued.
+func queuePiggybacks(ctx context.Context, pipe redis.Pipeliner, scripts []*redis.Script, also []Piggyback) ([]*redis.Script, int) {
+	for _, p := range also {
+		if p.Queue == nil {
+			continue
+		}
+		p.Queue(ctx, pipe)
+		scripts = append(scripts, p.Scripts...)
+	}
+	return scripts, pipe.Len()
+}
+
+// ownErr is the first error, redis.Nil aside, among the answers of a read's own commands, those
+// after the skip commands its piggybacks queued (a piggyback's failure is its owner's to judge).
+func ownErr(cmds []redis.Cmder, skip int) error {
+	for _, c := range cmds[min(skip, len(cmds)):] {
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+	}
+	return nil
 }

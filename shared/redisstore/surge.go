@@ -77,8 +77,9 @@ type SurgeRead struct {
 // stay in the GEO set until the expiry is handled (seconds), so supply and the nearest driver may
 // count one who just left.
 func (s *Store) ReadSurge(ctx context.Context, surge bool, cell string, box dispatch.Area, window time.Duration, supplyBound int,
-	pickup dispatch.Point, nearRadiusM float64) (SurgeRead, error) {
+	pickup dispatch.Point, nearRadiusM float64, also ...Piggyback) (SurgeRead, error) {
 	pipe := s.rdb.Pipeline()
+	scripts, skip := queuePiggybacks(ctx, pipe, []*redis.Script{demandCountScript}, also)
 	var demand *redis.Cmd
 	var supply *redis.StringSliceCmd
 	var mult *redis.SliceCmd
@@ -98,7 +99,8 @@ func (s *Store) ReadSurge(ctx context.Context, surge bool, cell string, box disp
 	delay := pipe.HGet(ctx, s.matchDelayKey(), "ewma")
 	pace := pipe.HMGet(ctx, s.drivePaceKey(), "s", "m", "n")
 	cal := s.waitCalCmds(ctx, pipe, pickup, time.Now())
-	if _, err := ExecScripts(ctx, s.rdb, pipe, demandCountScript); err != nil && !errors.Is(err, redis.Nil) {
+	cmds, _ := ExecScripts(ctx, s.rdb, pipe, scripts...)
+	if err := ownErr(cmds, skip); err != nil {
 		return SurgeRead{}, unavailable(err)
 	}
 	out := SurgeRead{NearestM: -1, WaitCalibrationS: waitCalOf(cal)}
@@ -200,8 +202,19 @@ func (s *Store) PutQuote(ctx context.Context, id string, quote []byte, ttl time.
 }
 
 // Quote returns the JSON of quote id, nil when it is unknown or expired.
-func (s *Store) Quote(ctx context.Context, id string) ([]byte, error) {
-	b, err := s.rdb.Get(ctx, s.quoteKey(id)).Bytes()
+func (s *Store) Quote(ctx context.Context, id string, also ...Piggyback) ([]byte, error) {
+	if len(also) == 0 {
+		b, err := s.rdb.Get(ctx, s.quoteKey(id)).Bytes()
+		if errors.Is(err, redis.Nil) {
+			return nil, nil
+		}
+		return b, unavailable(err)
+	}
+	pipe := s.rdb.Pipeline()
+	scripts, _ := queuePiggybacks(ctx, pipe, nil, also)
+	get := pipe.Get(ctx, s.quoteKey(id))
+	_, _ = ExecScripts(ctx, s.rdb, pipe, scripts...) // each command holds its own answer
+	b, err := get.Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
