@@ -170,7 +170,7 @@ func (f *Function) operator(r *http.Request) error {
 }
 
 // Run performs one pass, step by step in the order of the package comment. A step that fails (a
-// dependency error) is logged and skipped; the steps after it still run, so Redis being away does
+// dependency error) is skipped, and the failed steps are logged once per run; the steps after it still run, so Redis being away does
 // not hold back what PostgreSQL alone decides (the ride deadlines, the relays, retention). The
 // error is that of every step that failed, joined (the first one's code is the answer's status);
 // the next run resumes the failed steps.
@@ -189,15 +189,19 @@ func (f *Function) Run(ctx context.Context) (Report, error) {
 	}
 	defer observeRepairs(&rep) // a failed run's repairs happened too
 	var errs []error
+	var failed []string
 	for _, step := range steps {
 		if ctx.Err() != nil {
 			errs = append(errs, ctx.Err())
 			break
 		}
 		if err := step.run(ctx, &rep); err != nil {
-			f.d.Log.Warn("reconcile: step failed; the next run resumes it", "step", step.name, "err", err)
+			failed = append(failed, step.name)
 			errs = append(errs, err)
 		}
+	}
+	if len(failed) > 0 {
+		f.d.Log.Warn("reconcile: steps failed; the next run resumes them", "steps", failed, "err", errs[0])
 	}
 	if rep.Total() > 0 {
 		f.d.Log.Warn("reconcile repaired state", "offers_expired", rep.OffersExpired, "drivers_offline", rep.DriversOffline,
