@@ -211,7 +211,8 @@ func TestDeadlineInsideAnOutageTakesNobodyOffline(t *testing.T) {
 	}
 }
 
-// Reconcile's repair of a lost driver hash gives him a full heartbeat TTL to ping: he is not gone.
+// Reconcile's repair of a lost driver hash gives him a full heartbeat TTL to ping: he is not gone,
+// and the expiry source will ask at that deadline.
 func TestRepairedHashIsNotGone(t *testing.T) {
 	t.Parallel()
 	s := newStore(t)
@@ -230,5 +231,11 @@ func TestRepairedHashIsNotGone(t *testing.T) {
 	}
 	if min := redisNow(t, s).Add(s.HeartbeatTTL - time.Second).UnixMilli(); dl < min {
 		t.Errorf("hbdl after repair = %d, want about now + TTL (>= %d)", dl, min)
+	}
+	// And that deadline is a timer: indexed in P deadlines, so the expiry source asks at it (a
+	// driver who never pings again is decided a TTL after the repair, not a reconcile grace later).
+	score, err := s.Client().ZScore(context.Background(), s.DeadlinesKey(), s.Prefix()+"hb:d-1").Result()
+	if err != nil || int64(score) != dl {
+		t.Errorf("heartbeat deadline in P deadlines after repair = %v (%v), want hbdl %d", score, err, dl)
 	}
 }
