@@ -31,7 +31,7 @@ const (
 
 func (s *Store) assignKeys(a dispatch.Assignment) []string {
 	keys := []string{s.driverKey(a.DriverID), s.geoKey(), s.onRideKey(), s.hbKey(a.DriverID), s.offerKey(a.DriverID),
-		s.fenceKey(a.DriverID), s.fenceMaxKey()}
+		s.fenceKey(a.DriverID), s.fenceMaxKey(), s.DeadlinesKey()}
 	if a.RideID != "" {
 		keys = append(keys, s.ridePosKey(a.RideID))
 	}

@@ -12,7 +12,8 @@
 --                        the hash, which expires with the driver state TTL or may be evicted)
 -- KEYS[7] fence_max_key  P fence:max, the highest token applied for any driver (reconcile moves
 --                        PostgreSQL's sequence past it when PostgreSQL moved backwards)
--- KEYS[8] ride_pos_key   P ridepos:{ride}, the live position of ride (only when ride is not '')
+-- KEYS[8] deadlines_key  P deadlines, every timed key by its deadline (score unix ms)
+-- KEYS[9] ride_pos_key   P ridepos:{ride}, the live position of ride (only when ride is not '')
 -- ARGV[1]  driver_id
 -- ARGV[2]  epoch            the fencing token PostgreSQL gave the change (sequence assignment_token)
 -- ARGV[3]  ride             the ride id, '' = free
@@ -48,7 +49,8 @@
 -- lat/lng; a hash without a status gets none (his ping answers unknown). Either way GEO set membership then follows the available-set rule (available.lua). The
 -- live position of the ride he leaves is tombstoned (driver '') if it was his. A hash without a
 -- heartbeat deadline (re-created by a repair after Redis lost it) gets hbdl = now + TTL: he has a
--- full TTL to ping before a lapse can be decided (lapse.lua).
+-- full TTL to ping before a lapse can be decided (lapse.lua), and that deadline is indexed in
+-- P deadlines for his heartbeat key, so the expiry source asks then (his first ping re-indexes it).
 local driver_key = KEYS[1]
 local geo_key = KEYS[2]
 local onride_key = KEYS[3]
@@ -56,7 +58,8 @@ local hb_key = KEYS[4]
 local offer_key = KEYS[5]
 local fence_key = KEYS[6]
 local fence_max_key = KEYS[7]
-local ride_pos_key = KEYS[8]
+local deadlines_key = KEYS[8]
+local ride_pos_key = KEYS[9]
 local driver_id = ARGV[1]
 local epoch_arg = ARGV[2]
 local epoch = tonumber(epoch_arg)
@@ -99,7 +102,10 @@ end
 redis.call('HSET', driver_key, 'epoch', epoch_arg, 'ride', ride)
 redis.call('SET', fence_key, epoch_arg)
 if epoch > tonumber(redis.call('GET', fence_max_key) or '0') then redis.call('SET', fence_max_key, epoch_arg) end
-if redis.call('HEXISTS', driver_key, 'hbdl') == 0 then redis.call('HSET', driver_key, 'hbdl', now + hb_ttl_ms) end
+if redis.call('HEXISTS', driver_key, 'hbdl') == 0 then
+  redis.call('HSET', driver_key, 'hbdl', now + hb_ttl_ms)
+  if not alive then redis.call('ZADD', deadlines_key, now + hb_ttl_ms, hb_key) end
+end
 if ride ~= '' then
   if alive then
     redis.call('HSET', driver_key, 'status', ride_status)
