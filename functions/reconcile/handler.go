@@ -170,10 +170,10 @@ func (f *Function) operator(r *http.Request) error {
 }
 
 // Run performs one pass, step by step in the order of the package comment. A step that fails (a
-// dependency error) is skipped, and the failed steps are logged once per run; the steps after it still run, so Redis being away does
-// not hold back what PostgreSQL alone decides (the ride deadlines, the relays, retention). The
-// error is that of every step that failed, joined (the first one's code is the answer's status);
-// the next run resumes the failed steps.
+// dependency error) is skipped and the steps after it still run, so Redis being away does not hold
+// back what PostgreSQL alone decides (the ride deadlines, the relays, retention); the failed steps
+// are logged once per run. The error joins every failed step's (the first one's code is the
+// answer's status); the next run resumes the failed steps.
 func (f *Function) Run(ctx context.Context) (Report, error) {
 	var rep Report
 	steps := []struct {
