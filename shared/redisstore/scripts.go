@@ -131,8 +131,12 @@ func queuePiggybacks(ctx context.Context, pipe redis.Pipeliner, scripts []*redis
 }
 
 // ownErr is the first error, redis.Nil aside, among the answers of a read's own commands, those
-// after the skip commands its piggybacks queued (a piggyback's failure is its owner's to judge).
-func ownErr(cmds []redis.Cmder, skip int) error {
+// after the skip commands its piggybacks queued (a piggyback's failure is its owner's to judge);
+// execErr, ExecScripts' error, when it returned no answers at all.
+func ownErr(cmds []redis.Cmder, skip int, execErr error) error {
+	if len(cmds) == 0 && execErr != nil && !errors.Is(execErr, redis.Nil) {
+		return execErr
+	}
 	for _, c := range cmds[min(skip, len(cmds)):] {
 		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
 			return err

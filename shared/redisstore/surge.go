@@ -99,8 +99,8 @@ func (s *Store) ReadSurge(ctx context.Context, surge bool, cell string, box disp
 	delay := pipe.HGet(ctx, s.matchDelayKey(), "ewma")
 	pace := pipe.HMGet(ctx, s.drivePaceKey(), "s", "m", "n")
 	cal := s.waitCalCmds(ctx, pipe, pickup, time.Now())
-	cmds, _ := ExecScripts(ctx, s.rdb, pipe, scripts...)
-	if err := ownErr(cmds, skip); err != nil {
+	cmds, err := ExecScripts(ctx, s.rdb, pipe, scripts...)
+	if err := ownErr(cmds, skip, err); err != nil {
 		return SurgeRead{}, unavailable(err)
 	}
 	out := SurgeRead{NearestM: -1, WaitCalibrationS: waitCalOf(cal)}
