@@ -170,10 +170,12 @@ func (g *Gateway) serveClient(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(int64(g.opts.MaxMessageBytes))
 	c.ws, c.guard, c.connectedAt = ws, gw.guard, time.Now()
 	c.touch()
-	close(c.ready)
+	// Counted before ready: a post waits for ready, so once a client reads anything its socket is
+	// already in Stats.
 	g.accepted.Add(1)
 	g.open.Add(1)
 	defer g.open.Add(^uint64(0))
+	close(c.ready)
 	if !registered {
 		go c.shutdown(ReasonShutdown, statusGoingAway, "server shutting down")
 	}
