@@ -1,14 +1,12 @@
 package function_test
 
 import (
-	"net"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	reconcile "github.com/flagdown/flagdown/functions/reconcile"
+	"github.com/flagdown/flagdown/internal/testkit"
 	"github.com/flagdown/flagdown/internal/testkit/fntest"
 	"github.com/flagdown/flagdown/shared/dispatch"
 	"github.com/flagdown/flagdown/shared/host"
@@ -26,10 +24,8 @@ func TestAFailingStepDoesNotStopTheOthers(t *testing.T) {
 	late := accepted(t, env, "r-late", "d-late")
 	env.Exec(t, `UPDATE rides SET accepted_at = now() - interval '2 hours', updated_at = now() - interval '2 hours' WHERE id = $1`, late)
 
-	// The same deployment, but its Redis is a port nothing listens on (a closed listener).
-	dead := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1,
-		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { _ = dead.Close() })
+	// The same deployment, but its Redis is a port nothing listens on.
+	dead := testkit.UnreachableRedis(t)
 	cfg := env.D.Config
 	store := redisstore.New(dead, cfg.RedisPrefix, cfg.HeartbeatTTL, cfg.MaxSpeedMPS)
 	broken := reconcile.New(host.New(cfg, env.D.DB, store, env.D.Log, nil))
@@ -49,18 +45,6 @@ func TestAFailingStepDoesNotStopTheOthers(t *testing.T) {
 	if status != http.StatusServiceUnavailable {
 		t.Errorf("handler status = %d with Redis unreachable, want 503", status)
 	}
-}
-
-// closedAddr returns a 127.0.0.1 address nothing listens on (a port just freed).
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
 }
 
 // TestRebuildAfterRedisLostItsData: Redis restarted empty (its data for this deployment gone) while

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -261,4 +262,21 @@ func Eventually(t testing.TB, within time.Duration, cond func() (ok bool, state 
 		}
 		time.Sleep(PollInterval)
 	}
+}
+
+// UnreachableRedis returns a client of a Redis that is not there: a 127.0.0.1 port just freed,
+// no retries, 200 ms timeouts, so every command fails at once with a refused connection (closed
+// with the test).
+func UnreachableRedis(t testing.TB) *redis.Client {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testkit: free port: %v", err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1,
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
 }

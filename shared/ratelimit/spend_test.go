@@ -2,7 +2,6 @@ package ratelimit_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -54,15 +53,7 @@ func TestSpendSharesTheBudgetWithAllow(t *testing.T) {
 		t.Errorf("a kind without a limit: %v, want allowed", err)
 	}
 
-	l2 := net.ListenConfig{}
-	ln, err := l2.Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	dead := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { _ = dead.Close() })
+	dead := testkit.UnreachableRedis(t)
 	away := ratelimit.New(dead, "t:", ratelimit.Limits{RidesPerMin: 2})
 	for i := range 2 {
 		if err := carry(ctx, dead, away.Queue(ratelimit.RideRequests, "r-1", "rider_id", 1)); err != nil {
