@@ -355,3 +355,32 @@ func bucketCount(t *testing.T, mode string, le float64) uint64 {
 	t.Fatalf("flagdown_surge_multiplier has no bucket le=%v", le)
 	return 0
 }
+
+// TestWindowedMatchingQuotesTheUsualPickupDrive: under batch (and auto) matching a ride that does
+// not take the nearest driver now waits for a window that gives it a driver about as near as the
+// recent pickups', so the drive part of its quote is at most the recent mean drive to a pickup
+// (dispatch.DrivePace.DriveS); greedy keeps the nearest driver's drive. On real trips with scarce
+// drivers the nearest-driver drive over-quoted batch rides' drive by +59 s on average
+// (docs/matching.md, Surge and wait estimate).
+func TestWindowedMatchingQuotesTheUsualPickupDrive(t *testing.T) {
+	t.Parallel()
+	far := fntest.Offset(pickup, 2000, 0)
+	for _, mode := range []string{config.MatchGreedy, config.MatchBatch, config.MatchAuto} {
+		env := fntest.NewEnv(t, func(c *config.Config) { c.MatchMode = mode })
+		// Ten pickups of 60 s over 400 m: a learned pace of 0.15 s per metre, a mean drive of 60 s.
+		for range dispatch.DrivePaceMinSamples {
+			if err := env.D.Redis.RecordDriveSample(t.Context(), dispatch.DriveSample{DriveS: 60, DistM: 400}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		env.Ping(t, "d-1", far)
+		got := num(t, estimate(t, env, "r-1"), "wait_drive_s")
+		want := dispatch.RoundWaitS(dispatch.RiderDistanceM(pickup, far) * 0.15)
+		if mode != config.MatchGreedy {
+			want = dispatch.RoundWaitS(60)
+		}
+		if got != want {
+			t.Errorf("%s: wait_drive_s = %v, want %v", mode, got, want)
+		}
+	}
+}
