@@ -316,6 +316,31 @@ func (p DrivePace) SecondsPerMetre(roadFactor, avgSpeedMPS float64) float64 {
 	return math.Max(1, roadFactor) / avgSpeedMPS
 }
 
+// WindowDriveS is the drive part's ceiling under windowed matching (batch, or auto), seconds in the
+// riders' time: the recent mean drive from an accept to the pickup (DriveS) once p has
+// DrivePaceMinSamples pickups, else 0 (no ceiling). A window gives each ride the driver its
+// assignment prefers, and a ride whose nearest available driver is far waits for a later window
+// (a driver freed near it) rather than taking him, so its drive is about the recent pickups', not
+// the nearest driver's now; greedy offers the nearest driver at once and has no ceiling.
+func (p DrivePace) WindowDriveS() float64 {
+	if p.N < DrivePaceMinSamples || !(p.DriveS > 0) || math.IsInf(p.DriveS, 0) {
+		return 0
+	}
+	return p.DriveS
+}
+
+// CapDrive is w with its drive part at most capS seconds (a capS that is not a finite number > 0
+// leaves w as it is), TotalS recomputed; apply it before Calibrate, whose residual is taken over
+// the drive part as quoted.
+func CapDrive(w WaitEstimate, capS float64) WaitEstimate {
+	if !(capS > 0) || math.IsInf(capS, 0) || w.DriveS <= capS {
+		return w
+	}
+	w.DriveS = math.Round(capS*10) / 10
+	w.TotalS = math.Round(w.MatchS + w.DriveS + w.CalibrationS)
+	return w
+}
+
 // EstimateWait predicts the pickup wait of a ride requested now: the recent match delay
 // (matchDelayS, seconds, ≥ 0; 0 when unknown) plus the drive of the nearest available driver,
 // nearestM metres away in a straight line, at paceSPerM seconds per straight-line metre

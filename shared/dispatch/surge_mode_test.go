@@ -90,3 +90,26 @@ func TestEstimateWait(t *testing.T) {
 		t.Error("a zero pace gave an estimate")
 	}
 }
+
+func TestCapDrive(t *testing.T) {
+	t.Parallel()
+	w, _ := dispatch.EstimateWait(25, 700, 1.3/7.0) // 25 + 130 s
+	if got := dispatch.CapDrive(w, 60); got.DriveS != 60 || got.TotalS != 85 || got.MatchS != 25 {
+		t.Errorf("CapDrive(25 + 130 s, 60) = %+v, want 25 + 60 = 85 s", got)
+	}
+	for _, c := range []float64{0, -5, 200, math.Inf(1), math.NaN()} {
+		if got := dispatch.CapDrive(w, c); got != w {
+			t.Errorf("CapDrive(w, %v) = %+v, want w unchanged", c, got)
+		}
+	}
+	if got := dispatch.Calibrate(dispatch.CapDrive(w, 60), -100); got.TotalS != 0 || got.CalibrationS != -85 {
+		t.Errorf("a calibration below the capped parts: %+v, want 0 s with −85 s applied", got)
+	}
+	few := dispatch.DrivePace{DriveS: 60, DistM: 400, N: dispatch.DrivePaceMinSamples - 1}
+	if few.WindowDriveS() != 0 {
+		t.Errorf("WindowDriveS with %d pickups = %v, want 0 (no ceiling yet)", few.N, few.WindowDriveS())
+	}
+	if enough := (dispatch.DrivePace{DriveS: 60, DistM: 400, N: dispatch.DrivePaceMinSamples}); enough.WindowDriveS() != 60 {
+		t.Errorf("WindowDriveS = %v, want the mean drive 60 s", enough.WindowDriveS())
+	}
+}

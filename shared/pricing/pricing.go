@@ -21,7 +21,8 @@
 // accepts, kept in Redis, fed by lifecycle's accept) + the nearest available driver's straight-line
 // distance, searched within the largest match radius, × the drive pace learned from pickups
 // (dispatch.DrivePace, fed by lifecycle's start; FLAGDOWN_ROAD_FACTOR / FLAGDOWN_AVG_SPEED_MPS
-// before 10 pickups), + the calibration learned from what happened (dispatch.Calibrate): the
+// before 10 pickups), under batch and auto matching at most the recent mean drive to a pickup
+// (dispatch.DrivePace.WindowDriveS, dispatch.CapDrive), + the calibration learned from what happened (dispatch.Calibrate): the
 // exponentially weighted mean residual of the waits quoted in the pickup's cell at this hour of
 // day (the city's below dispatch.WaitCalibrationMinSamples pickups), fed by lifecycle when a quoted
 // ride starts (redisstore.RecordWaitError, dispatch.FoldWaitResidual). A rider reads it, so it is the rider view (dispatch.RiderCell): the
@@ -157,7 +158,7 @@ func (s *Service) quote(ctx context.Context, riderID string, pickup, dropoff dis
 		return nil, err
 	}
 	if w, ok := dispatch.EstimateWait(s.riderMatchS(rd.MatchDelayS), near, rd.DrivePace.SecondsPerMetre(s.cfg.RoadFactor, s.cfg.AvgSpeedMPS)); ok {
-		w = dispatch.RiderWait(dispatch.Calibrate(w, rd.WaitCalibrationS))
+		w = dispatch.RiderWait(dispatch.Calibrate(s.capDrive(w, rd.DrivePace), rd.WaitCalibrationS))
 		q.Wait = &w
 	}
 	return q, nil
@@ -326,6 +327,16 @@ func (s *Service) Wait(ctx context.Context, pickup dispatch.Point, since time.Ti
 	if !ok {
 		return nil, nil
 	}
-	w = dispatch.RiderWait(dispatch.Calibrate(w, rd.WaitCalibrationS))
+	w = dispatch.RiderWait(dispatch.Calibrate(s.capDrive(w, rd.DrivePace), rd.WaitCalibrationS))
 	return &w, nil
+}
+
+// capDrive is w with the drive ceiling of windowed matching (dispatch.DrivePace.WindowDriveS) when
+// FLAGDOWN_MATCH_MODE is batch or auto (an auto area may be greedy: its rides take the nearest
+// driver, and the calibration of their cell learns what the ceiling misses), else w.
+func (s *Service) capDrive(w dispatch.WaitEstimate, pace dispatch.DrivePace) dispatch.WaitEstimate {
+	if s.cfg.MatchMode == config.MatchGreedy {
+		return w
+	}
+	return dispatch.CapDrive(w, pace.WindowDriveS())
 }
