@@ -172,3 +172,32 @@ func TestRetryWait(t *testing.T) {
 		}
 	}
 }
+
+// TestAStaleRetryHasNoSecondEffect: a ride.retry issued at attempt a reaches match after the ride
+// has had a later attempt (two retries for the same wait: the timer's and reconcile's, or one
+// redelivered late from a backlog). That later attempt already left what follows it (a retry
+// timer, an offer, or UNMATCHED), so the stale retry is not needed: it must not search again, nor
+// spend an attempt of the ride's retry budget.
+func TestAStaleRetryHasNoSecondEffect(t *testing.T) {
+	t.Parallel()
+	env := fntest.NewEnv(t, nil)
+	rideID := env.CreateRide(t, "r-stale", pickup, dropoff)
+	if got, want := env.MatchRide(t, rideID), match.OutcomeNoDriver; got != want {
+		t.Fatalf("first outcome = %q, want %q", got, want)
+	}
+	// The retry the timer of attempt 1 issued, answered: attempt 2.
+	if got, want := env.MatchEvent(t, retryEvent(rideID, 1)), match.OutcomeNoDriver; got != want {
+		t.Fatalf("retry at attempt 1 = %q, want %q", got, want)
+	}
+	// A second retry issued at attempt 1 (reconcile's, for the same wait) arrives after it.
+	if got, want := env.MatchEvent(t, retryEvent(rideID, 1)), match.OutcomeNotNeeded; got != want {
+		t.Errorf("stale retry at attempt 1 after attempt 2 = %q, want %q", got, want)
+	}
+	if got, want := env.GetRide(t, rideID)["match_attempts"], 2.0; got != want {
+		t.Errorf("match_attempts = %v after the stale retry, want %v (no attempt spent)", got, want)
+	}
+	// A retry at the current attempt is a match attempt as before.
+	if got, want := env.MatchEvent(t, retryEvent(rideID, 2)), match.OutcomeNoDriver; got != want {
+		t.Errorf("retry at attempt 2 = %q, want %q", got, want)
+	}
+}
