@@ -82,7 +82,8 @@ func (f *Function) ServeHTTP(w http.ResponseWriter, r *http.Request) { f.h.Serve
 // Handle matches the ride named by the event's subject (matching.Matcher.MatchRide) and starts the
 // push of a new offer to its driver (without waiting for it). It returns OutcomeOffered,
 // OutcomeNoDriver, OutcomeUnmatched, OutcomeDuplicate (event already handled) or OutcomeNotNeeded
-// (the ride is no longer REQUESTED or already has a live offer); in batch mode a ride event instead puts the ride into the batch
+// (the ride is no longer REQUESTED, already has a live offer, or the event is a ride.retry issued
+// before the ride's last match attempt); in batch mode a ride event instead puts the ride into the batch
 // (OutcomeJoined). A match.batch.due event runs its window in either mode (RunBatch), so rides
 // still waiting when the mode is switched back to greedy are matched.
 func (f *Function) Handle(ctx context.Context, e event.Event) (outcome string, err error) {
@@ -93,7 +94,18 @@ func (f *Function) Handle(ctx context.Context, e event.Event) (outcome string, e
 	if err := dispatch.ValidateRideID("subject", e.Subject()); err != nil {
 		return "", err
 	}
-	res, err := f.m.MatchRide(ctx, e.Subject(), &lifecycle.EventRef{Consumer: Consumer, Source: e.Source(), ID: e.ID()})
+	ref := &lifecycle.EventRef{Consumer: Consumer, Source: e.Source(), ID: e.ID()}
+	if e.Type() == events.RideRetry {
+		var data events.RideRetryData
+		if err := cloudevent.DecodeData(e, &data); err != nil {
+			return "", err
+		}
+		if data.Attempt < 0 {
+			return "", dispatch.Invalid("data.attempt", "must be >= 0")
+		}
+		ref.RetryAttempt = &data.Attempt // a retry issued before the ride's last attempt is not needed
+	}
+	res, err := f.m.MatchRide(ctx, e.Subject(), ref)
 	if err == nil && res.Offer != nil {
 		f.pushOffer(ctx, *res.Offer, res.DriverID)
 	}

@@ -72,7 +72,8 @@ type Pick func(ctx context.Context, ride *dispatch.Ride, excluded map[string]boo
 // match_started_at), the ride becomes UNMATCHED (ride.unmatched). If the transaction fails after
 // pick locked a driver, his lock is released, unless the commit's outcome is unknown
 // (pgstore.ErrCommitUnknown: the offer may be PENDING, so he is not requeued). Outcomes: MatchOffered, MatchNoDriver,
-// MatchUnmatched, MatchDuplicate, MatchNotNeeded (no longer REQUESTED, or a live offer exists).
+// MatchUnmatched, MatchDuplicate, MatchNotNeeded (no longer REQUESTED, a live offer exists, or ev is
+// a ride.retry issued before the ride's last attempt: EventRef.RetryAttempt).
 //
 // The attempt is a "match ride" span (ride.id, flagdown.outcome) and the recording of an offer a
 // "create offer" span within it (ride.id, driver.id, offer.id), whose trace context the
@@ -96,6 +97,10 @@ func (s *Service) Match(ctx context.Context, rideID string, ev *EventRef, pick P
 		}
 		if _, err := dispatch.Transition(ride.Status, dispatch.ActionOffer, dispatch.ActorSystem); err != nil {
 			outcome = MatchNotNeeded
+			return nil
+		}
+		if ev != nil && ev.RetryAttempt != nil && ride.MatchAttempts > *ev.RetryAttempt {
+			outcome = MatchNotNeeded // a stale ride.retry (EventRef.RetryAttempt)
 			return nil
 		}
 		excluded, pending, now, err := pgstore.PrepareMatch(ctx, tx, ride.ID)

@@ -45,6 +45,11 @@ type EventRef struct {
 	Consumer string
 	Source   string
 	ID       string
+	// RetryAttempt is set when the event is a ride.retry: the ride's match attempts when it was
+	// issued (events.RideRetryData.Attempt). Match answers MatchNotNeeded once the ride has had more
+	// attempts than that: a later attempt already left what follows it (a retry timer, an offer or
+	// UNMATCHED), so the stale retry neither searches again nor spends the retry budget.
+	RetryAttempt *int
 }
 
 // Outcome says what an operation did.

@@ -151,7 +151,8 @@ func (s *Service) OfferTimerFired(ctx context.Context, offerID string, ev *Event
 }
 
 // RetryDue asks for another match of rideID (ride.retry) if it is still REQUESTED without a live
-// offer; reason is retry_timer or reconcile.
+// offer; reason is retry_timer or reconcile. The retry counts as unanswered until match records
+// its next attempt (pgstore.NoteRetryIssued), which spaces out reconcile's next retry of the ride.
 func (s *Service) RetryDue(ctx context.Context, rideID, reason string, ev *EventRef) (Outcome, error) {
 	out := OutcomeStale
 	first, err := s.change(ctx, ev, func(tx pgx.Tx, fx *dispatch.Effects) error {
@@ -166,7 +167,7 @@ func (s *Service) RetryDue(ctx context.Context, rideID, reason string, ev *Event
 		if live, err := pgstore.HasLiveOffer(ctx, tx, rideID); err != nil || live {
 			return err
 		}
-		if err := pgstore.TouchRide(ctx, tx, rideID, ""); err != nil {
+		if err := pgstore.NoteRetryIssued(ctx, tx, rideID); err != nil {
 			return err
 		}
 		out = OutcomeDone

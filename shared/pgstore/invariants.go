@@ -93,8 +93,9 @@ func OutboxBacklog(ctx context.Context, q Querier, grace time.Duration, limit in
 		WHERE published_at IS NULL AND created_at < now() - $2 * interval '1 millisecond'`, grace.Milliseconds())
 }
 
-// IdleRequestedRideIDs returns, sorted, the REQUESTED rides that nothing touched for grace
-// (updated_at < now() - grace) and that have no PENDING offer at all, restricted to ids when ids is
+// IdleRequestedRideIDs returns, sorted, the REQUESTED rides that are idle by the rule reconcile
+// retries them by (idleRide: nothing touched them for grace, or longer while retries issued for
+// them are unanswered) and that have no PENDING offer at all, restricted to ids when ids is
 // not nil. These are the rides only a retry timer can still move (the caller checks Redis for it).
 // A ride with a PENDING offer past its window is not returned: that offer is the finding
 // (OverduePendingOffers).
@@ -105,7 +106,7 @@ func IdleRequestedRideIDs(ctx context.Context, q Querier, grace time.Duration, i
 		filter, args = ` AND r.id::text = ANY($2)`, append(args, ids)
 	}
 	return strings1(ctx, q, `SELECT r.id::text FROM rides r
-		WHERE r.status = 'REQUESTED' AND r.updated_at < now() - $1 * interval '1 millisecond'
+		WHERE `+idleRide+`
 		  AND NOT EXISTS (SELECT 1 FROM offers o WHERE o.ride_id = r.id AND o.status = 'PENDING')`+filter+`
 		ORDER BY r.id`, args...)
 }

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,14 +60,36 @@ func DriversWithOverdueOffers(ctx context.Context, q Querier, grace time.Duratio
 		WHERE status = 'PENDING' AND expires_at < now() - $1 * interval '1 millisecond' LIMIT $2`, grace.Milliseconds(), limit)
 }
 
-// IdleRequestedRides returns REQUESTED rides without a PENDING offer that nothing touched for
-// grace (candidates for a lost ride.requested, retry timer or offer timeout), oldest first.
+// RetryBackoffMaxDoublings caps n in the wait before an idle ride is retried again, grace × 2^n
+// (n: rides.unanswered_retries): at most 2^4 = 16 graces (80 s at the default 5 s grace) between
+// two retries nobody answered.
+const RetryBackoffMaxDoublings = 4
+
+// idleRide is the SQL condition (over rides r, $1 the grace in milliseconds) that a REQUESTED ride
+// has been left alone long enough to need a retry: nothing touched it for grace × 2^n, where n is
+// the number of ride.retry events issued for it that match has not answered with an attempt yet
+// (capped at RetryBackoffMaxDoublings). A retry still waiting in match's backlog is thus not
+// issued again every grace (each pass would lengthen the backlog it waits on), and a lost one is
+// still retried, later each time. Reconcile (IdleRequestedRides) and the invariant check
+// (IdleRequestedRideIDs) decide idleness by this one rule.
+var idleRide = `r.status = 'REQUESTED' AND r.updated_at < now() - $1 * interval '1 millisecond'
+		* power(2, least(r.unanswered_retries, ` + strconv.Itoa(RetryBackoffMaxDoublings) + `))`
+
+// IdleRequestedRides returns REQUESTED rides without a PENDING offer that are idle (idleRide:
+// candidates for a lost ride.requested, retry timer, offer timeout or retry), oldest first.
 func IdleRequestedRides(ctx context.Context, q Querier, grace time.Duration, limit int) ([]string, error) {
 	return strings1(ctx, q, `SELECT r.id::text FROM rides r
-		WHERE r.status = 'REQUESTED' AND r.updated_at < now() - $1 * interval '1 millisecond'
+		WHERE `+idleRide+`
 		  AND NOT EXISTS (SELECT 1 FROM offers o WHERE o.ride_id = r.id AND o.status = 'PENDING'
 		                  AND o.expires_at > now() - $1 * interval '1 millisecond')
 		ORDER BY r.created_at LIMIT $2`, grace.Milliseconds(), limit)
+}
+
+// NoteRetryIssued counts one more ride.retry issued for ride id that match has not answered yet
+// (rides.unanswered_retries, see idleRide) and touches the ride.
+func NoteRetryIssued(ctx context.Context, tx pgx.Tx, id string) error {
+	_, err := tx.Exec(ctx, `UPDATE rides SET updated_at = now(), unanswered_retries = unanswered_retries + 1 WHERE id = $1`, id)
+	return pgErr(err)
 }
 
 // TouchRide sets updated_at = now() (and match_note when note is not empty).

@@ -250,11 +250,12 @@ func SetRideStatus(ctx context.Context, tx pgx.Tx, id string, c StatusChange) (t
 }
 
 // NoteMatchAttempt counts a match attempt on ride id and records note (why nobody was offered, or "").
-// It stamps first_match_at on the first attempt, and first_offered_at when offered is true and it is unset.
+// It stamps first_match_at on the first attempt, and first_offered_at when offered is true and it is unset,
+// and answers every ride.retry issued for the ride so far (unanswered_retries 0, see NoteRetryIssued).
 func NoteMatchAttempt(ctx context.Context, tx pgx.Tx, id string, offered bool, note string) error {
 	_, err := tx.Exec(ctx, `UPDATE rides SET match_attempts = match_attempts + 1, match_note = nullif($2, ''),
 		first_offered_at = CASE WHEN $3 THEN coalesce(first_offered_at, now()) ELSE first_offered_at END,
-		first_match_at = coalesce(first_match_at, now()),
+		first_match_at = coalesce(first_match_at, now()), unanswered_retries = 0,
 		updated_at = now() WHERE id = $1`, id, note, offered)
 	return pgErr(err)
 }
