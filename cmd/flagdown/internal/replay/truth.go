@@ -90,6 +90,9 @@ type truthInput struct {
 	// presence is Redis's status of the stopped drivers without an offline decision after their
 	// stop ("" when Redis holds nothing of him).
 	presence map[string]string
+	// liveness is Redis's liveness decision on the same drivers at the end ("lapsed", or "unknown"
+	// with its reason, redisstore.Presence), for the examples: why nothing decided him.
+	liveness map[string]string
 	acks     []ack
 	answers  []answer // the calls to AnswerOps endpoints
 	rides    map[string]rideFact
@@ -317,7 +320,7 @@ func judge(in truthInput) GroundTruth {
 			if decided {
 				example("missed_offline_drivers", fmt.Sprintf("%s late %.1fs", d.id, at.Sub(dl).Seconds()))
 			} else {
-				example("missed_offline_drivers", d.id+" "+in.presence[d.id])
+				example("missed_offline_drivers", strings.TrimSpace(d.id+" "+in.presence[d.id]+" "+in.liveness[d.id]))
 			}
 		}
 	}
@@ -431,7 +434,7 @@ func readTruth(ctx context.Context, cfg *config.Config, in *truthInput, ids []st
 			decidedAfterStop[x.driverID] = true
 		}
 	}
-	in.presence = map[string]string{}
+	in.presence, in.liveness = map[string]string{}, map[string]string{}
 	for id := range stopped {
 		if decidedAfterStop[id] {
 			continue
@@ -441,6 +444,7 @@ func readTruth(ctx context.Context, cfg *config.Config, in *truthInput, ids []st
 			return fmt.Errorf("read the presence of %s: %w", id, err)
 		}
 		in.presence[id] = string(p.Status)
+		in.liveness[id] = strings.TrimSuffix("(liveness "+string(p.State)+" "+p.Reason, " ") + ")"
 	}
 	return nil
 }
