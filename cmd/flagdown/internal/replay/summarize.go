@@ -202,12 +202,14 @@ func (s *sim) surgeSummary(sum *Summary) {
 		sum.SurgeByMinute = append(sum.SurgeByMinute, *row)
 	}
 	sort.Slice(sum.SurgeByMinute, func(i, j int) bool { return sum.SurgeByMinute[i].Minute < sum.SurgeByMinute[j].Minute })
-	samples := s.waitSamples()
+	all := s.waitSamples()
+	samples, horizon := CensorWaitSamples(all, s.simEnded)
 	var est, act []float64
 	for _, w := range samples {
 		est, act = append(est, w.QuotedS), append(act, w.ActualS())
 	}
 	rep := WaitErrors(samples)
+	rep.Censored, rep.CensorHorizonS = len(all)-len(samples), horizon.Seconds()
 	sum.WaitErrors = &rep
 	sum.WaitEstimateCount = rep.Count
 	sum.WaitEstimateMAES, sum.WaitEstimateMeanS, sum.WaitActualMeanS = rep.MAES, Mean(est), Mean(act)

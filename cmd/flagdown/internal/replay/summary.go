@@ -291,7 +291,8 @@ type Summary struct {
 	// SurgeByMinute is the multipliers' distribution per simulated minute of the window, by request time.
 	SurgeByMinute []SurgeMinute `json:"surge_by_minute"`
 	// WaitEstimateCount is the number of rides behind the wait-estimate figures: quoted with a wait,
-	// accepted once, and reached by their driver.
+	// accepted once, reached by their driver, and requested early enough that a long wait would
+	// have been seen too (CensorWaitSamples; WaitErrors.Censored counts the rest).
 	WaitEstimateCount int `json:"wait_estimate_count"`
 	// WaitEstimateMAES is the mean absolute error of the quoted pickup wait against the time from
 	// the request to the driver reaching the pickup, simulated seconds (the quote's match part, in

@@ -76,6 +76,12 @@ type WaitErrorReport struct {
 	ByMinute []WaitErrorMinute `json:"by_minute"`
 	// Parts is where the error comes from, over the rides quoted with their parts; nil when none was.
 	Parts *WaitPartErrors `json:"parts,omitempty"`
+	// Censored is how many rides that could be judged were left out because they were requested
+	// less than CensorHorizonS (simulated seconds) before the replay stopped observing
+	// (CensorWaitSamples: only the short waits of those minutes were seen); 0 when the report was
+	// made over every sample.
+	Censored       int     `json:"censored"`
+	CensorHorizonS float64 `json:"censor_horizon_s"`
 	// FirstOffer is the error over the rides the first driver offered accepted: what is left of
 	// the error without the declined and ignored offers, which no quote can foresee (an ignored
 	// offer costs its rider the whole offer window: FLAGDOWN_OFFER_WINDOW × the speed-up).
@@ -241,7 +247,8 @@ func (r *WaitErrorReport) writeRows(row func(k, f string, a ...any)) {
 	if r == nil {
 		return
 	}
-	row("wait estimate error", "MAE %.1f s, mean signed (quoted − actual) %+.1f s simulated (n=%d)", r.MAES, r.MeanSignedS, r.Count)
+	row("wait estimate error", "MAE %.1f s, mean signed (quoted − actual) %+.1f s simulated (n=%d; %d requested less than %.0f s before the end left out: their long waits could not be seen)",
+		r.MAES, r.MeanSignedS, r.Count, r.Censored, r.CensorHorizonS)
 	row("wait baseline (per-cell mean)", "MAE %.1f s against the estimate's %.1f s on the same rides: ratio %.2f (n=%d)",
 		r.BaselineMAES, r.EstimateMAEOnBaselineS, r.MAERatio, r.BaselineCount)
 	row("wait error, first offer accepted", "MAE %.1f s, mean signed %+.1f s simulated (n=%d of %d: no offer declined or ignored first)",
@@ -255,4 +262,32 @@ func (r *WaitErrorReport) writeRows(row func(k, f string, a ...any)) {
 		fmt.Fprintf(&b, " %d:%.0f/%+.0f", m.Minute, m.MAES, m.MeanSignedS)
 	}
 	row("wait error by minute", "MAE/signed s per simulated minute:%s", b.String())
+}
+
+// CensorWaitSamples keeps the samples whose wait the replay could have seen whatever its length:
+// those requested at least horizon before until (when the replay stopped observing, simulated),
+// horizon being the 95th percentile of the samples' actual waits. A ride requested later is among
+// the samples only if its driver reached it before the run ended, i.e. only if its wait was short,
+// so the late minutes hold the short waits and miss the long ones of the same minutes (right
+// censoring): judged, they make the quotes look too long. It returns the kept samples (in their
+// order) and the horizon; every sample and 0 when until is not known (0), nil and 0 without samples.
+func CensorWaitSamples(samples []WaitSample, until time.Duration) ([]WaitSample, time.Duration) {
+	if len(samples) == 0 {
+		return nil, 0
+	}
+	if until <= 0 {
+		return samples, 0
+	}
+	waits := make([]float64, 0, len(samples))
+	for _, w := range samples {
+		waits = append(waits, w.ActualS())
+	}
+	horizon := time.Duration(Percentile(waits, 95) * float64(time.Second))
+	var kept []WaitSample
+	for _, w := range samples {
+		if w.RequestedAt <= until-horizon {
+			kept = append(kept, w)
+		}
+	}
+	return kept, horizon
 }

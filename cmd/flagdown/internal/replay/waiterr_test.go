@@ -78,3 +78,45 @@ func TestWaitErrorsByPart(t *testing.T) {
 		t.Errorf("no ride with parts: parts %+v, want nil", *none.Parts)
 	}
 }
+
+// TestCensorWaitSamples: a ride requested near the end of the run is reached within it only when
+// its wait is short, so the late minutes hold the short waits and miss the long ones (right
+// censoring); judging them biases the error toward over-quoting. Only rides requested at least
+// the horizon (the 95th percentile of the observed waits) before the end of the observation are kept.
+func TestCensorWaitSamples(t *testing.T) {
+	t.Parallel()
+	var samples []WaitSample
+	// Twenty rides requested every 10 s from 0 s, each waiting 100 s, quoted 100 s: exact.
+	for i := range 20 {
+		req := time.Duration(i*10) * time.Second
+		samples = append(samples, WaitSample{Cell: "A", RequestedAt: req, ArrivedAt: req + 100*time.Second, QuotedS: 100})
+	}
+	// Two rides requested at 280 s, near the end (the run stopped at 290 s), reached only because
+	// their waits were short (10 s); their neighbours with 100 s waits would have been reached at
+	// 380 s, after the run.
+	for range 2 {
+		samples = append(samples, WaitSample{Cell: "A", RequestedAt: 280 * time.Second, ArrivedAt: 290 * time.Second, QuotedS: 100})
+	}
+	kept, horizon := CensorWaitSamples(samples, 290*time.Second)
+	if horizon != 100*time.Second {
+		t.Errorf("horizon = %v, want 100s (the 95th percentile of the waits)", horizon)
+	}
+	// Kept: requested at or before 290 − 100 = 190 s: the 20 rides at 0..190 s.
+	if len(kept) != 20 {
+		t.Fatalf("kept %d samples, want 20", len(kept))
+	}
+	for _, w := range kept {
+		if w.RequestedAt > 190*time.Second {
+			t.Errorf("kept a ride requested at %v, after the end less the horizon (190s)", w.RequestedAt)
+		}
+	}
+	if rep := WaitErrors(kept); rep.MeanSignedS != 0 {
+		t.Errorf("signed error of the kept rides = %v, want 0 (the censored ones made it look over-quoted)", rep.MeanSignedS)
+	}
+	if k, h := CensorWaitSamples(nil, 290*time.Second); len(k) != 0 || h != 0 {
+		t.Errorf("no samples: kept %d, horizon %v", len(k), h)
+	}
+	if k, h := CensorWaitSamples(samples, 0); len(k) != len(samples) || h != 0 {
+		t.Errorf("end unknown: kept %d of %d, horizon %v; want all and 0", len(k), len(samples), h)
+	}
+}
