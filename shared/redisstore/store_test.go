@@ -381,6 +381,30 @@ func testDriverOnRideResumesHisStatusAfterGoingOffline(t *testing.T, newStore st
 			t.Errorf("status after coming back = %q, want busy", got)
 		}
 	})
+
+	// His heartbeat expired while Redis was away (a stop longer than the TTL), so nothing decided
+	// him offline; his assignment is applied when Redis is back (reconcile), then his ride
+	// completes before his next ping lands. A heartbeat gone is not "offline": only a liveness
+	// decision (lapse.lua) is. Seen in a chaos run (six 35 s Redis stops, TTL 30 s): 41 drivers
+	// who never stopped pinging were answered "offline" right after completing a ride.
+	t.Run("assigned after his heartbeat expired, undecided, then freed", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		ping(t, s, "d1", midtown, at, dispatch.DriverAvailable)
+		s.Client().Del(ctx, s.Prefix()+"hb:d1") // expired while Redis was stopped; no decision
+		assign(t, s, dispatch.Assignment{DriverID: "d1", Epoch: 1, RideID: "ride-1", RideStatus: dispatch.RideInProgress, RideVersion: 3},
+			redisstore.AssignApplied)
+		if st := state(t, s, "d1").Status; st != dispatch.DriverBusy {
+			t.Errorf("status of a driver on a ride whose heartbeat expired undecided = %q, want busy", st)
+		}
+		assign(t, s, dispatch.Assignment{DriverID: "d1", Epoch: 2, PrevRideID: "ride-1", RideVersion: 4}, redisstore.AssignApplied)
+		if got := ping(t, s, "d1", midtown, at.Add(time.Second), "").Status; got == dispatch.DriverOffline {
+			t.Errorf("his next ping after the ride = %q: taken offline without a liveness decision", got)
+		}
+		if !inGeo(t, s, "d1") {
+			t.Errorf("a free driver pinging again is not in the available set")
+		}
+	})
 }
 
 // A ride's live position is written only by the driver it was handed to, by ride version.
