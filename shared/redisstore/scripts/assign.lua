@@ -41,7 +41,8 @@
 -- Whatever the epoch, a driver whose hash holds a ride is taken out of the available set (a driver
 -- on a ride is never offered another), and at the same epoch and ride an alive driver shown
 -- available or paused gets his on-ride status back. On a ride: ride and epoch set, status
--- ride_status (offline with resume set while his heartbeat is gone), member of the on-ride set;
+-- ride_status (offline with resume set when he was offline already, by a decision or his own, and
+-- his heartbeat is gone), member of the on-ride set;
 -- the ride's live position is handed to him if the ride version is newer than the position's
 -- (starting at his last position, or none when Redis has none, never the previous driver's). Free:
 -- ride cleared, available since now (an offline driver whose heartbeat is gone stays offline; a
@@ -88,7 +89,8 @@ if epoch < cur or (epoch == cur and hash_epoch) then
   return fixed
 end
 local old = redis.call('HGET', driver_key, 'ride') or ''
-local st = redis.call('HGET', driver_key, 'status') or 'offline'
+local raw_status = redis.call('HGET', driver_key, 'status') -- false when he has none
+local st = raw_status or 'offline'
 local alive = redis.call('EXISTS', hb_key) == 1
 if old ~= '' and old ~= ride then
   local old_pos_key = ride_pos_prefix .. old
@@ -107,7 +109,10 @@ if redis.call('HEXISTS', driver_key, 'hbdl') == 0 then
   if not alive then redis.call('ZADD', deadlines_key, now + hb_ttl_ms, hb_key) end
 end
 if ride ~= '' then
-  if alive then
+  -- Offline (with resume) only when he already was offline (a decision took him offline, or he
+  -- asked) and his heartbeat is gone: a heartbeat that merely expired (while Redis was away, say)
+  -- is no decision, and marking him offline here would keep him offline once the ride frees him.
+  if alive or raw_status ~= 'offline' then
     redis.call('HSET', driver_key, 'status', ride_status)
     redis.call('HDEL', driver_key, 'resume')
   else
