@@ -118,14 +118,15 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		// The check rides in the quote's round trip (pricing reads nothing it would act on before
 		// the answer), and a spent budget is answered before anything pricing found.
 		spend := f.d.Limiter().Queue(ratelimit.RideRequests, ride.RiderID, "rider_id", 1)
-		q, err := f.price(r.Context(), ride, req.QuoteID, spend.Piggyback())
-		if err := spend.Err(r.Context()); err != nil {
+		ctx := f.d.Redis.Budget(r.Context()) // the quote and the demand record share one Redis timeout
+		q, err := f.price(ctx, ride, req.QuoteID, spend.Piggyback())
+		if err := spend.Err(ctx); err != nil {
 			return 0, nil, err
 		}
 		if err != nil {
 			return 0, nil, err
 		}
-		ride, created, err := f.lc.CreateRide(r.Context(), ride, key)
+		ride, created, err := f.lc.CreateRide(ctx, ride, key)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -133,7 +134,7 @@ func (f *Function) serve(w http.ResponseWriter, r *http.Request) {
 		if !created {
 			status = http.StatusOK
 		} else {
-			rctx, cancel := f.d.Redis.Bounded(r.Context())
+			rctx, cancel := f.d.Redis.Bounded(ctx)
 			f.d.Pricing().Requested(rctx, q, ride.ID)
 			cancel()
 		}

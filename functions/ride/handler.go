@@ -247,7 +247,7 @@ func (f *Function) act(w http.ResponseWriter, r *http.Request, id string, action
 	if err := dispatch.ValidateRideID("ride_id", id); err != nil {
 		return err
 	}
-	ctx := r.Context()
+	ctx := f.d.Redis.Budget(r.Context()) // the action's effects and the view's live part share one Redis timeout
 	if err := f.lc.Act(ctx, id, action, actor, actorID, req.Reason); err != nil {
 		if party, perr := f.party(ctx, id, who); perr == nil && !party {
 			return dispatch.NotFound("ride", id)

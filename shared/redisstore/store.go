@@ -83,6 +83,7 @@ import (
 	neturl "net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -127,14 +128,53 @@ type Store struct {
 	Timeout time.Duration
 }
 
-// Budget returns ctx carrying the end of a request's Redis budget.
-func (s *Store) Budget(ctx context.Context) context.Context { return ctx }
+// budgetKey is the context key of a request's Redis budget (Budget).
+type budgetKey struct{}
 
-// Bounded returns ctx with a deadline Timeout from now (kept when ctx's own is sooner), for the
-// Redis work of a request that must answer even when Redis does not (docs/resilience.md): every
-// command under it fails, as CodeUnavailable, once the deadline has passed.
+// redisBudget is the time a request's Redis steps have spent so far (Bounded to its cancel).
+type redisBudget struct {
+	mu    sync.Mutex
+	spent time.Duration
+}
+
+// Budget returns ctx carrying a Redis budget for one request (ctx itself when it carries one
+// already): the Bounded steps under it share one Timeout, each getting what the ones before it
+// left, so a request whose Redis steps are several (an action's effects, then the live part of
+// the view it answers; a quote, then the demand record) waits at most Timeout in all for a Redis
+// that does not answer, not Timeout per step. Only the time inside the steps counts (Bounded to
+// its cancel), never the PostgreSQL work between them. A handler whose decision PostgreSQL makes
+// calls it once, first.
+func (s *Store) Budget(ctx context.Context) context.Context {
+	if _, ok := ctx.Value(budgetKey{}).(*redisBudget); ok {
+		return ctx
+	}
+	return context.WithValue(ctx, budgetKey{}, &redisBudget{})
+}
+
+// Bounded returns ctx with a deadline Timeout from now, less what the request's earlier steps
+// spent when ctx carries a budget (Budget; ctx's own deadline is kept when sooner), for the Redis
+// work of a request that must answer even when Redis does not (docs/resilience.md): every command
+// under it fails, as CodeUnavailable, once the deadline has passed. Its cancel adds the step's
+// time to the budget.
 func (s *Store) Bounded(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, s.Timeout)
+	b, ok := ctx.Value(budgetKey{}).(*redisBudget)
+	if !ok {
+		return context.WithTimeout(ctx, s.Timeout)
+	}
+	start := time.Now()
+	b.mu.Lock()
+	left := s.Timeout - b.spent
+	b.mu.Unlock()
+	cctx, cancel := context.WithDeadline(ctx, start.Add(max(left, 0)))
+	var once sync.Once
+	return cctx, func() {
+		once.Do(func() {
+			b.mu.Lock()
+			b.spent += time.Since(start)
+			b.mu.Unlock()
+		})
+		cancel()
+	}
 }
 
 // New returns a Store over rdb with every key under prefix; DriverStateTTL (24 h), MissMemory
