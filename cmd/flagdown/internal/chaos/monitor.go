@@ -43,7 +43,7 @@ func (r *run) checkNotifications(ctx context.Context, after string) string {
 		// restarted server comes back as a replica: flagdown configures the primary it uses, so
 		// the check follows the Sentinel's primary (without a Sentinel: the one server).
 		_, _ = r.followPrimary(ctx)
-		if _, ok = r.redis.waitNotifications(ctx, 0); ok || time.Since(start) > notifyWithin || ctx.Err() != nil {
+		if ok = r.redis.notificationsOn(ctx); ok || time.Since(start) > notifyWithin || ctx.Err() != nil {
 			break
 		}
 		select {

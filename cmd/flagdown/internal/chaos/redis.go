@@ -15,7 +15,7 @@ import (
 
 // redisServer is the run's private redis-server (a child process), with no automatic saves and
 // without notify-keyspace-events on its command line: flagdown owns the setting and must apply it
-// at start and again after every restart (waitNotifications checks it did).
+// at start and again after every restart (run.checkNotifications checks it did).
 type redisServer struct {
 	path string
 	port int
@@ -98,27 +98,16 @@ func (s *redisServer) restart(ctx context.Context, save bool, down time.Duration
 	return s.start(ctx)
 }
 
-// waitNotifications polls CONFIG GET notify-keyspace-events until it includes E and x (flagdown
-// re-applied it) or within passes; it returns how long that took and whether it happened.
-func (s *redisServer) waitNotifications(ctx context.Context, within time.Duration) (time.Duration, bool) {
+// notificationsOn reports whether s answers CONFIG GET notify-keyspace-events with E and x (or A)
+// in it: flagdown applied it. An unreachable server answers false.
+func (s *redisServer) notificationsOn(ctx context.Context) bool {
 	c := s.client()
 	defer c.Close()
-	start := time.Now()
-	for {
-		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		m, err := c.ConfigGet(gctx, "notify-keyspace-events").Result()
-		cancel()
-		if v := m["notify-keyspace-events"]; err == nil && strings.ContainsRune(v, 'E') && (strings.ContainsRune(v, 'x') || strings.ContainsRune(v, 'A')) {
-			return time.Since(start), true
-		}
-		if time.Since(start) > within || ctx.Err() != nil {
-			return time.Since(start), false
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	m, err := c.ConfigGet(gctx, "notify-keyspace-events").Result()
+	v := m["notify-keyspace-events"]
+	return err == nil && strings.ContainsRune(v, 'E') && (strings.ContainsRune(v, 'x') || strings.ContainsRune(v, 'A'))
 }
 
 // stopFor freezes Redis with SIGSTOP for d (it neither answers nor expires keys: a Sentinel
